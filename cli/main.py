@@ -1,0 +1,80 @@
+"""`jetway`: the entry point. Parses arguments and hands each subcommand to its module."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from cli import validate
+
+    return validate.run(args.filename)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from cli import generate
+
+    if args.check:
+        stale = generate.stale()
+        for path in stale:
+            print(f"out of date: {path.relative_to(generate.ROOT)}", file=sys.stderr)
+        return 1 if stale else 0
+    return generate.run()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jetway",
+        description="Jetway: an event-sourced control plane for LLM inference and agents (AI Runway CRDs) "
+        "with an OpenAI-compatible router.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("validate", help="check manifests offline (exit 0 valid, 1 problems, 2 unreadable)")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a YAML or JSON file, or - for stdin; repeat for more files",
+    )
+    p.set_defaults(handler=_validate)
+
+    p = sub.add_parser("generate", help="regenerate contracts/schemas and deploy/crds from the models")
+    p.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
+    p.set_defaults(handler=_generate)
+
+    from cli import commands
+
+    commands.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # never a traceback for a user, unless they ask for one
+        if os.environ.get("JETWAY_DEBUG"):
+            raise
+        print(
+            f"jetway {args.command}: unexpected error: {type(exc).__name__}: {exc} (set JETWAY_DEBUG=1 for the traceback)", file=sys.stderr
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

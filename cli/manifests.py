@@ -1,0 +1,115 @@
+"""Reading manifests from files or stdin: YAML streams, JSON documents and arrays, `kind: List`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_ALIASES = 100  # YAML anchors are legal but a "billion laughs" file must not hang us
+
+
+class Unreadable(Exception):  # noqa: N818 - reads as "the input is Unreadable"
+    """The input could not be read or parsed at all (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str  # the file name as given, or "-" for stdin
+    index: int  # 1-based position in the file
+    body: Any
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise Unreadable(f"more than {MAX_ALIASES} YAML aliases; refusing to expand them")
+        return super().compose_node(parent, index)
+
+
+def _parse(text: str, source: str) -> list[Any]:
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            pass  # JSON documents in a YAML stream ("{...}\n---\n{...}") are YAML; read them as such
+        else:
+            return value if isinstance(value, list) else [value]
+    try:
+        loader = _BoundedLoader(text)
+        try:
+            documents = []
+            while loader.check_data():
+                documents.append(loader.get_data())
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise Unreadable(f"{source}: cannot parse YAML{where}: {exc.problem or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise Unreadable(f"{source}: cannot parse YAML: {exc}") from exc
+    except Unreadable as exc:
+        raise Unreadable(f"{source}: {exc}") from exc
+    except RecursionError as exc:
+        raise Unreadable(f"{source}: nested too deeply to read") from exc
+    return [d for d in documents if d is not None]
+
+
+def _expand_lists(documents: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for doc in documents:
+        if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+            out.extend(doc["items"])
+        else:
+            out.append(doc)
+    return out
+
+
+def read_text(source: str) -> str:
+    try:
+        if source == "-":
+            return sys.stdin.read()
+        return Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise Unreadable(f"{source}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise Unreadable(f"{source}: is a directory") from exc
+    except PermissionError as exc:
+        raise Unreadable(f"{source}: permission denied") from exc
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"{source}: not UTF-8 text") from exc
+    except OSError as exc:
+        raise Unreadable(f"{source}: {exc.strerror or exc}") from exc
+
+
+def parse_documents(text: str, source: str) -> list[Document]:
+    return [Document(source, i, body) for i, body in enumerate(_expand_lists(_parse(text, source)), start=1)]
+
+
+def load_documents(source: str) -> list[Document]:
+    return parse_documents(read_text(source), source)
+
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def expand_sources(sources: list[str]) -> list[str]:
+    """Files as given; a directory stands for its manifest files, recursively, in name order."""
+    out: list[str] = []
+    for source in sources:
+        path = Path(source)
+        if source != "-" and path.is_dir():
+            out += sorted(str(p) for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+        else:
+            out.append(source)
+    return out

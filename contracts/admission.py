@@ -1,0 +1,165 @@
+"""Admission: a raw manifest in, a defaulted typed object or every problem with it out.
+
+The one door every manifest passes through: `jetway validate`, the apply API and the
+Kubernetes admission webhook all call `admit`, so they accept and refuse exactly the same
+things with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from contracts.agents import AgentDeployment, AgentProviderConfig
+from contracts.kinds import KINDS, KindInfo
+from contracts.meta import WireModel
+from contracts.modeldeployment import ModelDeployment
+from contracts.poolmember import InferencePoolMember
+from contracts.problems import PathPart, Problem, at, field_path, from_validation_error, type_name
+from contracts.providerconfig import InferenceProviderConfig
+from contracts.rules import agents as agent_rules
+from contracts.rules import modeldeployment as md_rules
+from contracts.rules import poolmember as member_rules
+from contracts.rules import providerconfig as ipc_rules
+
+PLACEHOLDER_PREFIX = "PLACEHOLDER-"
+
+
+@dataclass
+class Admission:
+    """The verdict on one manifest."""
+
+    kind: str | None
+    name: str | None
+    obj: WireModel | None = None
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.obj is not None
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind or '(unknown kind)'}/{self.name or '(unnamed)'}"
+
+
+Checker = Callable[[Any, bool], tuple[list[Problem], list[str]]]
+Defaulter = Callable[[Any], Any]
+UpdateChecker = Callable[[Any, Any], list[Problem]]
+
+
+def _identity(obj: Any) -> Any:
+    return obj
+
+
+_DEFAULTS: dict[str, Defaulter] = {
+    "ModelDeployment": md_rules.with_defaults,
+    "InferencePoolMember": member_rules.with_defaults,
+}
+_CHECKS: dict[str, Checker] = {
+    "ModelDeployment": lambda obj, creating: md_rules.check(obj, creating=creating),
+    "InferencePoolMember": lambda obj, creating: member_rules.check(obj),
+    "InferenceProviderConfig": lambda obj, creating: ipc_rules.check(obj),
+    "AgentProviderConfig": lambda obj, creating: agent_rules.check_provider_config(obj),
+    "AgentDeployment": lambda obj, creating: agent_rules.check_deployment(obj, creating=creating),
+}
+_UPDATE_CHECKS: dict[str, UpdateChecker] = {
+    "ModelDeployment": md_rules.check_update,
+    "AgentProviderConfig": agent_rules.check_provider_config_update,
+    "AgentDeployment": agent_rules.check_deployment_update,
+}
+
+
+def placeholders(value: Any, path: tuple[PathPart, ...] = ()) -> list[Problem]:
+    """Every `PLACEHOLDER-*` value still in a manifest copied from the spec's minimal example."""
+    if isinstance(value, str) and value.startswith(PLACEHOLDER_PREFIX):
+        return [at(path, f'"{value}" is a placeholder value still to be replaced with your own')]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in placeholders(item, (*path, str(key)))]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in placeholders(item, (*path, i))]
+    return []
+
+
+def _kind_of(doc: dict[str, Any]) -> tuple[KindInfo | None, list[Problem]]:
+    kind = doc.get("kind")
+    if kind is None:
+        return None, [at(["kind"], f"required (one of {', '.join(KINDS)})")]
+    if not isinstance(kind, str):
+        return None, [at(["kind"], f"must be a string (got {type_name(kind)})")]
+    info = KINDS.get(kind)
+    if info is None:
+        return None, [at(["kind"], f'unknown kind "{kind}" (this operator serves {", ".join(KINDS)})')]
+    api_version = doc.get("apiVersion")
+    if api_version is None:
+        return info, [at(["apiVersion"], f"required ({info.api_version})")]
+    if api_version != info.api_version:
+        return info, [at(["apiVersion"], f"unsupported apiVersion '{api_version}'; this operator speaks '{info.api_version}'")]
+    return info, []
+
+
+def admit(doc: Any, *, old: WireModel | None = None) -> Admission:
+    """Parse, default and check one manifest; `old` makes it an update (immutability rules)."""
+    if not isinstance(doc, dict):
+        return Admission(
+            None,
+            None,
+            problems=[
+                Problem(path="", message=f"a manifest must be an object with apiVersion, kind, metadata and spec (got {type_name(doc)})")
+            ],
+        )
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    info, problems = _kind_of(doc)
+    verdict = Admission(
+        info.kind if info else doc.get("kind") if isinstance(doc.get("kind"), str) else None,
+        name if isinstance(name, str) else None,
+        problems=problems,
+    )
+    if info is None:
+        return verdict
+    marked = placeholders(doc)
+    body = {**doc, "apiVersion": info.api_version, "kind": info.kind}
+    try:
+        parsed = info.model.model_validate(body)
+    except ValidationError as exc:
+        verdict.problems += from_validation_error(exc, info.model)
+        verdict.problems = _without_placeholder_paths(verdict.problems, marked) + marked
+        return verdict
+    obj = _DEFAULTS.get(info.kind, _identity)(parsed)
+    found, warnings = _CHECKS[info.kind](obj, old is None)
+    if old is not None and info.kind in _UPDATE_CHECKS:
+        found += _UPDATE_CHECKS[info.kind](_DEFAULTS.get(info.kind, _identity)(old), obj)
+    verdict.problems += _without_placeholder_paths(found, marked) + marked
+    verdict.warnings = warnings
+    verdict.obj = obj
+    return verdict
+
+
+def _without_placeholder_paths(problems: list[Problem], marked: list[Problem]) -> list[Problem]:
+    """A placeholder explains every other problem at its path; say it once."""
+    paths = {p.path for p in marked}
+    return [p for p in problems if p.path not in paths and not any(p.path.startswith(m + ".") for m in paths)]
+
+
+def typed(obj: WireModel) -> tuple[str, str]:
+    """(kind, name) of an admitted object."""
+    meta = obj.metadata  # type: ignore[attr-defined]
+    return obj.kind, meta.name  # type: ignore[attr-defined]
+
+
+__all__ = [
+    "Admission",
+    "AgentDeployment",
+    "AgentProviderConfig",
+    "InferencePoolMember",
+    "InferenceProviderConfig",
+    "ModelDeployment",
+    "admit",
+    "field_path",
+    "placeholders",
+]

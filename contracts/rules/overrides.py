@@ -1,0 +1,144 @@
+"""`spec.provider.overrides`: the validated security-context escape hatch.
+
+Two sections, `workload` and `container`, each allowing only `podSecurityContext` and
+`securityContext`, each with an allow-list of fields and values that never weaken the defaults
+(no root, no privilege escalation, capabilities only dropped).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.problems import PathPart, Problem, at, type_name
+
+SECTIONS = ("workload", "container")
+CONTEXT_KEYS = ("podSecurityContext", "securityContext")
+POD_FIELDS = (
+    "runAsUser",
+    "runAsGroup",
+    "runAsNonRoot",
+    "fsGroup",
+    "supplementalGroups",
+    "fsGroupChangePolicy",
+    "seccompProfile",
+)
+CONTAINER_FIELDS = (
+    "runAsUser",
+    "runAsGroup",
+    "runAsNonRoot",
+    "allowPrivilegeEscalation",
+    "readOnlyRootFilesystem",
+    "capabilities",
+    "seccompProfile",
+)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_field(path: list[PathPart], name: str, value: Any) -> list[Problem]:
+    here = [*path, name]
+    if name == "runAsNonRoot":
+        if not isinstance(value, bool):
+            return [at(here, f"must be true or false (got {type_name(value)})")]
+        if value is False:
+            return [at(here, "runAsNonRoot cannot be set to false")]
+    elif name == "allowPrivilegeEscalation":
+        if not isinstance(value, bool):
+            return [at(here, f"must be true or false (got {type_name(value)})")]
+        if value is True:
+            return [at(here, "allowPrivilegeEscalation cannot be set to true")]
+    elif name == "readOnlyRootFilesystem":
+        if not isinstance(value, bool):
+            return [at(here, f"must be true or false (got {type_name(value)})")]
+    elif name == "runAsUser":
+        if not _is_int(value) or value < 0:
+            return [at(here, "must be a non-negative integer")]
+        if value == 0:
+            return [at(here, "runAsUser cannot be 0 (root); runAsNonRoot is always enforced")]
+    elif name in ("runAsGroup", "fsGroup"):
+        if not _is_int(value) or value < 0:
+            return [at(here, "must be a non-negative integer")]
+    elif name == "supplementalGroups":
+        if not isinstance(value, list):
+            return [at(here, "must be a list of non-negative integers")]
+        return [at([*here, i], "must be a non-negative integer") for i, g in enumerate(value) if not _is_int(g) or g < 0]
+    elif name == "fsGroupChangePolicy":
+        if value not in ("Always", "OnRootMismatch"):
+            return [at(here, f"must be one of Always, OnRootMismatch (got {value!r})")]
+    elif name == "capabilities":
+        return _check_capabilities(here, value)
+    elif name == "seccompProfile":
+        return _check_seccomp(here, value)
+    return []
+
+
+def _check_capabilities(path: list[PathPart], value: Any) -> list[Problem]:
+    if not isinstance(value, dict):
+        return [at(path, f"must be an object (got {type_name(value)})")]
+    problems = [
+        at([*path, key], "only dropping capabilities is allowed (add is rejected)" if key == "add" else "unknown field (allowed: drop)")
+        for key in value
+        if key != "drop"
+    ]
+    drop = value.get("drop")
+    if "drop" in value:
+        if not isinstance(drop, list) or not all(isinstance(c, str) for c in drop):
+            problems.append(at([*path, "drop"], "must be a list of capability names"))
+        elif "ALL" not in drop:
+            problems.append(at([*path, "drop"], 'must include "ALL"'))
+    return problems
+
+
+def _check_seccomp(path: list[PathPart], value: Any) -> list[Problem]:
+    if not isinstance(value, dict):
+        return [at(path, f"must be an object (got {type_name(value)})")]
+    problems = [
+        at([*path, key], "unknown field (allowed: type, localhostProfile)") for key in value if key not in ("type", "localhostProfile")
+    ]
+    kind = value.get("type")
+    if kind == "RuntimeDefault":
+        if "localhostProfile" in value:
+            problems.append(at([*path, "localhostProfile"], "only allowed when type is Localhost"))
+    elif kind == "Localhost":
+        profile = value.get("localhostProfile")
+        if not isinstance(profile, str) or not profile:
+            problems.append(at([*path, "localhostProfile"], "required when type is Localhost"))
+    elif kind is None:
+        problems.append(at([*path, "type"], "required"))
+    else:
+        problems.append(at([*path, "type"], f"must be one of RuntimeDefault, Localhost (got {kind!r})"))
+    return problems
+
+
+def check_overrides(overrides: Any, path: list[PathPart]) -> list[Problem]:
+    """Every key outside the allow-list, named with its path."""
+    if not isinstance(overrides, dict):
+        return [at(path, f"must be an object (got {type_name(overrides)})")]
+    problems: list[Problem] = []
+    for section, body in overrides.items():
+        here = [*path, section]
+        if section not in SECTIONS:
+            problems.append(at(here, f"overriding {section!r} is not allowed: only workload/container override sections are supported"))
+            continue
+        if not isinstance(body, dict):
+            problems.append(at(here, f"must be an object (got {type_name(body)})"))
+            continue
+        for key, context in body.items():
+            there = [*here, key]
+            if key not in CONTEXT_KEYS:
+                problems.append(
+                    at(there, f"overriding {key!r} is not allowed: only podSecurityContext and securityContext overrides are allowed")
+                )
+                continue
+            if not isinstance(context, dict):
+                problems.append(at(there, f"must be an object (got {type_name(context)})"))
+                continue
+            allowed = POD_FIELDS if key == "podSecurityContext" else CONTAINER_FIELDS
+            for name, value in context.items():
+                if name not in allowed:
+                    problems.append(at([*there, name], f"overriding {name!r} is not allowed in {key} (allowed: {', '.join(allowed)})"))
+                else:
+                    problems.extend(_check_field(there, name, value))
+    return problems

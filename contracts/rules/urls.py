@@ -1,0 +1,57 @@
+"""Base-URL rules shared by `externalAPI.baseURL` and `InferencePoolMember.spec.url`."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+
+def base_url_problem(url: str, *, allow_path: bool = True) -> str | None:
+    """Why `url` is not an absolute http(s) URL with a host, no user info and a valid port."""
+    if url != url.strip():
+        return "must not have leading or trailing whitespace"
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in url):
+        return "must not contain whitespace or control characters"
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "must be an absolute http or https URL (e.g. https://host:8000)"
+    if scheme.lower() not in ("http", "https"):
+        return f"scheme must be http or https (got {scheme!r})"
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in authority:
+        return "must not contain user information (credentials belong in a secret reference)"
+    if not authority:
+        return "must have a host"
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            return "IPv6 address must be enclosed in brackets"
+        try:
+            ipaddress.IPv6Address(authority[1:end])
+        except ValueError:
+            return f"{authority[1:end]!r} is not a valid IPv6 address"
+        host, port_part = authority[: end + 1], authority[end + 1 :]
+        if port_part and not port_part.startswith(":"):
+            return "unexpected characters after the IPv6 address"
+        port_text = port_part[1:] if port_part else None
+    else:
+        if authority.count(":") > 1:
+            return "IPv6 address must be enclosed in brackets"
+        host, _, port_text_raw = authority.partition(":")
+        port_text = port_text_raw if ":" in authority else None
+        if not host:
+            return "must have a host"
+    if port_text is not None:
+        if port_text == "":
+            return "port must not be empty"
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            return f"port must be a number from 1 to 65535 (got {port_text!r})"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.fragment:
+        return "must not have a fragment"
+    if not allow_path and (parts.query or parts.path.strip("/")):
+        return "must be a base URL without a path or query"
+    return None

@@ -1,0 +1,31 @@
+"""Waiting on conditions, never on the clock: poll a predicate until it holds or time runs out."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.02, message: str = "condition") -> Any:
+    """The first truthy result of `check` (sync or async); AssertionError with the last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        last = result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{message} not met within {timeout}s (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+async def within(awaitable: Awaitable[T], timeout: float = 10.0) -> T:
+    return await asyncio.wait_for(awaitable, timeout)
