@@ -13,7 +13,7 @@ import yaml
 MAX_ALIASES = 100  # YAML anchors are legal but a "billion laughs" file must not hang us
 
 
-class Unreadable(Exception):  # noqa: N818 - reads as "the input is Unreadable"
+class Unreadable(Exception):
     """The input could not be read or parsed at all (exit code 2)."""
 
 

@@ -106,3 +106,11 @@ def resolve_kind(reference: str) -> KindInfo | None:
         if wanted in (info.kind.lower(), info.plural, *info.short_names):
             return info
     return None
+
+
+_BY_TOKEN = {info.token: info.kind for info in KINDS.values()}
+
+
+def kind_of_token(token: str) -> str:
+    """The kind a subject's kind token stands for (`modeldeployment` → `ModelDeployment`)."""
+    return _BY_TOKEN.get(token, token)

@@ -1,0 +1,103 @@
+"""Event subjects: one per aggregate facet, built from names that are safe NATS tokens.
+
+    jetway.evt.<kind>.<namespace>.<name>.<facet>
+
+`facet` is `spec` for the desired state a user applied (the watcher writes it) or the name of
+the service that owns a decision about that resource (`selector`, `gateway`, ...). Each facet
+has one writer, so JetStream's expected-last-subject-sequence guards every append: a stale
+apply gets a conflict (the `resourceVersion` 409), and two replicas of one service cannot
+both record a decision. `jetway.evt.<kind>.<namespace>.<name>.>` is a resource's history.
+
+Kubernetes names may contain dots, which would split a subject, and member names may contain
+anything, so names are encoded: `[A-Za-z0-9-]` pass through and every other UTF-8 byte
+becomes `_XX` (hex). `_` alone stands for "no namespace" (cluster-scoped kinds).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+PREFIX = "jetway.evt"
+DLQ_PREFIX = "jetway.dlq"
+SIGNAL_PREFIX = "jetway.signal"
+SPEC = "spec"
+NO_NAMESPACE = "_"
+_SAFE = re.compile(rb"[A-Za-z0-9-]")
+_ESCAPE = re.compile(r"_([0-9A-F]{2})")
+
+
+def encode_token(text: str) -> str:
+    if text == "":
+        raise ValueError("a subject token cannot encode an empty name")
+    return "".join(chr(b) if _SAFE.match(bytes([b])) else f"_{b:02X}" for b in text.encode("utf-8"))
+
+
+def decode_token(token: str) -> str:
+    if token == NO_NAMESPACE:
+        return ""
+    raw = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "_":
+            raw.append(int(token[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw.append(ord(token[i]))
+            i += 1
+    return raw.decode("utf-8")
+
+
+class Key(NamedTuple):
+    """A resource: kind, namespace ("" when cluster-scoped or ignored) and name."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
+    @property
+    def kind_token(self) -> str:
+        return self.kind.lower()
+
+    def subject(self, facet: str = SPEC) -> str:
+        namespace = encode_token(self.namespace) if self.namespace else NO_NAMESPACE
+        return f"{PREFIX}.{self.kind_token}.{namespace}.{encode_token(self.name)}.{facet}"
+
+    def history_filter(self) -> str:
+        return self.subject("*")
+
+
+def kind_filter(kind: str, facet: str = SPEC) -> str:
+    """Every resource of a kind, one facet: `jetway.evt.modeldeployment.*.*.spec`."""
+    return f"{PREFIX}.{kind.lower()}.*.*.{facet}"
+
+
+ALL_EVENTS = f"{PREFIX}.>"
+
+
+class ParsedSubject(NamedTuple):
+    kind_token: str
+    namespace: str
+    name: str
+    facet: str
+
+
+def parse_subject(subject: str) -> ParsedSubject:
+    parts = subject.split(".")
+    if len(parts) != 6 or f"{parts[0]}.{parts[1]}" != PREFIX:
+        raise ValueError(f"not a Jetway event subject: {subject!r}")
+    return ParsedSubject(parts[2], decode_token(parts[3]), decode_token(parts[4]), parts[5])
+
+
+def matcher(filters: list[str] | tuple[str, ...]) -> re.Pattern[str]:
+    """One compiled pattern for NATS subject filters (`*` one token, `>` the rest)."""
+    alternatives = []
+    for subject_filter in filters:
+        tokens = []
+        for token in subject_filter.split("."):
+            tokens.append("[^.]+" if token == "*" else ".+" if token == ">" else re.escape(token))
+        alternatives.append(r"\.".join(tokens))
+    return re.compile("(?:" + "|".join(alternatives) + r")\Z")

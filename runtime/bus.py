@@ -1,0 +1,120 @@
+"""The bus: a NATS connection that survives restarts, and the streams Jetway needs.
+
+Streams are created idempotently at start-up, by every service: creating one that exists
+with the same settings is a no-op, and changed settings (replicas, limits) are updated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+
+from contracts.subjects import ALL_EVENTS, DLQ_PREFIX
+
+log = logging.getLogger("jetway.bus")
+
+EVENTS_STREAM = "JETWAY_EVENTS"
+DLQ_STREAM = "JETWAY_DLQ"
+DUPLICATE_WINDOW = 120.0  # seconds in which a repeated Nats-Msg-Id is absorbed
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Retention and placement; docs/event-store.md explains each choice."""
+
+    replicas: int = 1
+    max_bytes: int = -1  # the event log keeps everything unless an operator caps it
+    max_age: float = 0.0  # seconds; 0 keeps events forever
+    dlq_max_age: float = 14 * 24 * 3600.0
+
+    def events(self) -> StreamConfig:
+        return StreamConfig(
+            name=EVENTS_STREAM,
+            description="Jetway's event log: desired state and every service's decisions",
+            subjects=[ALL_EVENTS],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            max_bytes=self.max_bytes,
+            max_age=self.max_age,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=DUPLICATE_WINDOW,
+            allow_direct=True,
+            deny_delete=True,
+            deny_purge=False,  # an operator may compact history deliberately; a service never does
+        )
+
+    def dead_letters(self) -> StreamConfig:
+        return StreamConfig(
+            name=DLQ_STREAM,
+            description="Events a service could not handle, with the reason, for an operator to inspect",
+            subjects=[f"{DLQ_PREFIX}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            max_age=self.dlq_max_age,
+            discard=DiscardPolicy.OLD,
+        )
+
+
+async def connect(url: str, *, name: str, connect_timeout: float = 10.0) -> Client:
+    """A connection that reconnects forever; the first connect retries for `connect_timeout`."""
+
+    async def disconnected() -> None:
+        log.info("disconnected from NATS", extra={"client": name})
+
+    async def reconnected() -> None:
+        log.info("reconnected to NATS", extra={"client": name})
+
+    async def error(exc: Exception) -> None:
+        log.debug("NATS client error: %s", exc, extra={"client": name})
+
+    # nats-py retries the first connection for as long as reconnects are allowed (forever
+    # here), so the first connection gets its own deadline.
+    try:
+        return await asyncio.wait_for(
+            nats.connect(
+                url,
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                allow_reconnect=True,
+                connect_timeout=2,
+                ping_interval=5,
+                max_outstanding_pings=3,
+                disconnected_cb=disconnected,
+                reconnected_cb=reconnected,
+                error_cb=error,
+            ),
+            connect_timeout,
+        )
+    except (TimeoutError, OSError, nats.errors.NoServersError) as exc:
+        raise ConnectionError(f"cannot reach NATS at {url}: {type(exc).__name__} after {connect_timeout:.0f}s") from exc
+
+
+async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
+    settings = settings or StreamSettings()
+    for config in (settings.events(), settings.dead_letters()):
+        try:
+            info = await js.stream_info(str(config.name))
+        except NotFoundError:
+            try:
+                await js.add_stream(config)
+            except BadRequestError as exc:  # another service created it first: fine
+                if exc.err_code != 10058:  # stream name already in use
+                    raise
+            continue
+        if _differs(info.config, config):
+            await js.update_stream(config)
+
+
+def _differs(current: StreamConfig, wanted: StreamConfig) -> bool:
+    fields = ("subjects", "num_replicas", "max_bytes", "max_age", "duplicate_window", "allow_direct", "deny_delete", "deny_purge")
+    return any(getattr(current, f) != getattr(wanted, f) for f in fields)

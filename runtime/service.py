@@ -1,0 +1,404 @@
+"""The service loop: rebuild from the stream, then fold → reconcile → ack, forever.
+
+Every service is the same shape (see `Service`): it names the subjects it consumes, folds
+events into its projection, says which resources an event affects, and reconciles one
+resource at a time, level-triggered: `reconcile` reads the projection, decides, and records
+decisions through `Effects.emit`. The runner does the rest:
+
+- **Rebuild on start.** Every event the service consumes is folded from the stream (an
+  ordered consumer), with no effects, then every known resource is reconciled once; a
+  decision already recorded in the stream is not recorded again.
+- **A durable consumer per service** (`jetway-<name>`): explicit acks after the effect;
+  a failed reconcile is retried with backoff (`nak` with a delay) and, after
+  `max_attempts`, the event goes to `jetway.dlq.<name>` with the reason. An event no decoder
+  can read goes there at once. The consumer keeps going.
+- **Exactly-once decisions.** A service's decisions live on its own facet subject, appended
+  with the facet's last sequence as the projection knows it: a replayed or redelivered
+  event, or a second replica, gets a conflict instead of a duplicate, refreshes, and
+  reconciles again. Message ids are derived from the decision, so a retried append is
+  absorbed by JetStream's de-duplication.
+- NATS restarts are survived (the client reconnects; fetches retry); SIGTERM stops the loop
+  after the batch in hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from contracts.events import Envelope, Event, UndecodableEvent, decode, type_tag
+from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, PREFIX, Key, matcher
+from runtime import telemetry
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams
+from runtime.eventstore import Conflict, EventStore, Item, Undecodable, msg_seq
+
+log = logging.getLogger("jetway.service")
+
+
+class Service:
+    """What a service declares; the runner calls these. Subclasses override what they use."""
+
+    name: str = "service"
+    consumes: tuple[str, ...] = ()  # subject filters; the service's own facet is added
+    resync_interval: float | None = None  # seconds between level-triggered passes over every key
+
+    def fold(self, envelope: Envelope) -> None:
+        """Fold one event into the projection. Pure state change, no I/O."""
+
+    def affected(self, envelope: Envelope) -> Iterable[Key]:
+        """The resources to reconcile because of this event."""
+        return (envelope.key,)
+
+    def keys(self) -> Iterable[Key]:
+        """Every resource the projection knows, for start-up and resync passes."""
+        return ()
+
+    async def reconcile(self, key: Key, effects: Effects) -> None:
+        """Bring one resource to what the projection says it should be."""
+
+    async def alongside(self, runner: Runner) -> None:
+        """Duties that run beside the consumer (probes, servers); cancelled on stop."""
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    batch: int = 64
+    fetch_timeout: float = 1.0
+    ack_wait: float = 30.0
+    max_attempts: int = 5
+    backoff: tuple[float, ...] = (0.2, 1.0, 2.0, 5.0, 10.0)
+    concurrency: int = 16
+    conflict_retries: int = 5
+    streams: StreamSettings = field(default_factory=StreamSettings)
+
+
+class Requeue(Exception):
+    """Reconcile the key again (the projection was refreshed after a conflict)."""
+
+
+class Effects:
+    """What a reconcile may do; every write goes through here so the runner can keep the projection true."""
+
+    def __init__(self, runner: Runner, cause: Envelope | None) -> None:
+        self.runner = runner
+        self.cause = cause
+
+    @property
+    def store(self) -> EventStore:
+        return self.runner.store
+
+    async def emit(self, key: Key, event: Event, *, facet: str | None = None) -> Envelope:
+        """Record a decision about `key` on this service's facet (or another facet it owns)."""
+        subject = key.subject(facet or self.runner.service.name)
+        expected = self.runner.seen.get(subject, 0)
+        body = msgspec.json.encode(event)
+        msg_id = hashlib.sha256(f"{subject}\0{expected}\0".encode() + body).hexdigest()[:32]
+        try:
+            envelope = await self.runner.store.append(subject, event, expected_seq=expected, cause=self.cause, msg_id=msg_id)
+        except Conflict:
+            await self.runner.refresh(subject)
+            raise Requeue(str(key)) from None
+        self.runner.fold(envelope)
+        return envelope
+
+
+def _dedupe(keys: Iterable[Key]) -> list[Key]:
+    return list(dict.fromkeys(keys))
+
+
+class Runner:
+    def __init__(self, service: Service, nc: Client, settings: RunnerSettings | None = None) -> None:
+        self.service = service
+        self.nc = nc
+        self.settings = settings or RunnerSettings()
+        self.store = EventStore(nc, producer=service.name)
+        self.js: JetStreamContext = nc.jetstream(timeout=5)
+        self.seen: dict[str, int] = {}  # subject → last folded stream sequence
+        self.durable = f"jetway-{service.name}"
+        self.ready = asyncio.Event()
+        self.lag = 0
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._limit = asyncio.Semaphore(self.settings.concurrency)
+        self._tracer = trace.get_tracer("jetway.service")
+        # Consumers read every event and match the service's filters here: on nats-server 2.15
+        # a consumer with several filter subjects delivers ~50x slower than one with a single
+        # filter (docs/event-store.md has the measurements).
+        self._wanted = matcher(self.filters)
+
+    @property
+    def filters(self) -> list[str]:
+        own = f"{PREFIX}.*.*.*.{self.service.name}"
+        return list(dict.fromkeys([*self.service.consumes, own]))
+
+    def wants(self, subject: str) -> bool:
+        return self._wanted.match(subject) is not None
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def fold(self, envelope: Envelope) -> bool:
+        """Fold unless this subject already saw this sequence; whether it was folded."""
+        if envelope.seq and envelope.seq <= self.seen.get(envelope.subject, 0):
+            return False
+        self.service.fold(envelope)
+        if envelope.seq:
+            self.seen[envelope.subject] = envelope.seq
+        return True
+
+    def _fold_item(self, item: Item) -> None:
+        if not self.wants(item.subject):
+            return
+        if isinstance(item, Envelope):
+            self.fold(item)
+        else:
+            log.warning(
+                "skipping an unreadable event during rebuild", extra={"seq": item.seq, "subject": item.subject, "reason": item.reason}
+            )
+            self.seen[item.subject] = max(self.seen.get(item.subject, 0), item.seq)
+
+    async def rebuild(self) -> int:
+        started = time.perf_counter()
+        last = await self.store.scan(ALL_EVENTS, self._fold_item, select=self.wants)
+        log.info(
+            "projection rebuilt",
+            extra={"service": self.service.name, "through_seq": last, "seconds": round(time.perf_counter() - started, 3)},
+        )
+        return last
+
+    async def refresh(self, subject: str) -> None:
+        """Fold what a conflict says we missed on one subject."""
+        await self.store.scan(subject, self._fold_item, since_seq=self.seen.get(subject, 0) + 1)
+
+    # --- reconciling -----------------------------------------------------------------------
+
+    async def reconcile(self, key: Key, cause: Envelope | None = None) -> None:
+        for _ in range(self.settings.conflict_retries):
+            try:
+                async with self._limit:
+                    await self.service.reconcile(key, Effects(self, cause))
+                return
+            except Requeue:
+                continue
+        raise RuntimeError(f"{key}: still conflicting after {self.settings.conflict_retries} refreshes")
+
+    async def reconcile_all(self) -> None:
+        results = await asyncio.gather(*(self.reconcile(k) for k in _dedupe(self.service.keys())), return_exceptions=True)
+        for error in results:
+            if isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError):
+                log.warning("reconcile failed: %s", error, extra={"service": self.service.name})
+
+    # --- consuming -------------------------------------------------------------------------
+
+    async def _consumer(self, start_after: int) -> Any:
+        config = api.ConsumerConfig(
+            durable_name=self.durable,
+            filter_subject=ALL_EVENTS,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=self.settings.ack_wait,
+            max_deliver=self.settings.max_attempts + 2,  # a safety net; the runner dead-letters first
+            max_ack_pending=1000,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start_after + 1,
+        )
+        try:
+            info = await self.js.consumer_info(EVENTS_STREAM, self.durable)
+        except nats.js.errors.NotFoundError:
+            await self.js.add_consumer(EVENTS_STREAM, config)
+        else:
+            if info.config.filter_subject != ALL_EVENTS or info.config.filter_subjects or info.config.ack_wait != config.ack_wait:
+                # keep the position, change what it delivers
+                config.deliver_policy = info.config.deliver_policy
+                config.opt_start_seq = info.config.opt_start_seq
+                await self.js.add_consumer(EVENTS_STREAM, config)
+        return await self.js.pull_subscribe_bind(durable=self.durable, stream=EVENTS_STREAM)
+
+    async def _dead_letter(self, msg: Msg, reason: str, deliveries: int) -> None:
+        headers = {
+            "Jetway-Dlq-Subject": msg.subject,
+            "Jetway-Dlq-Seq": str(msg_seq(msg)[0]),
+            "Jetway-Dlq-Reason": reason[:1000],
+            "Jetway-Dlq-Deliveries": str(deliveries),
+            "Jetway-Dlq-Service": self.service.name,
+        }
+        await self.js.publish(f"{DLQ_PREFIX}.{self.service.name}", msg.data, stream=DLQ_STREAM, headers=headers)
+        telemetry.events_dead_lettered.add(1, {"service": self.service.name})
+        log.error("event dead-lettered", extra={"service": self.service.name, "subject": msg.subject, "reason": reason})
+        await msg.term()
+
+    async def handle_batch(self, msgs: list[Msg]) -> None:
+        started = time.perf_counter()
+        pending: list[tuple[Msg, Envelope, list[Key]]] = []  # message, its event, the keys it affects
+        for msg in msgs:
+            seq, remaining, stored = msg_seq(msg)
+            self.lag = remaining
+            if not self.wants(msg.subject):
+                await msg.ack()
+                continue
+            deliveries = msg.metadata.num_delivered
+            if deliveries > 1:
+                telemetry.events_redelivered.add(1, {"service": self.service.name})
+            try:
+                envelope = decode(msg.data, subject=msg.subject, seq=seq, stored_at=stored)
+            except UndecodableEvent as exc:
+                self.seen[msg.subject] = max(self.seen.get(msg.subject, 0), seq)
+                await self._dead_letter(msg, exc.reason, deliveries)
+                continue
+            try:
+                folded = self.fold(envelope)
+                keys = _dedupe(self.service.affected(envelope))
+            except Exception as exc:  # a fold that fails on a valid event will fail again: do not retry it
+                await self._dead_letter(msg, f"fold failed: {type(exc).__name__}: {exc}", deliveries)
+                continue
+            if not folded and envelope.producer == self.service.name:
+                await msg.ack()  # our own decision, echoed back: nothing new to reconcile
+                continue
+            pending.append((msg, envelope, keys))
+        failures = await self._reconcile_batch(pending)
+        for msg, envelope, keys in pending:
+            failed = [failures[k] for k in keys if k in failures]
+            outcome = "ok"
+            if not failed:
+                await msg.ack()
+            else:
+                outcome = "failed"
+                deliveries = msg.metadata.num_delivered
+                if deliveries >= self.settings.max_attempts:
+                    await self._dead_letter(msg, failed[0], deliveries)
+                else:
+                    delay = self.settings.backoff[min(deliveries - 1, len(self.settings.backoff) - 1)]
+                    await msg.nak(delay=delay)
+            telemetry.events_handled.add(1, {"service": self.service.name, "type": envelope.type, "outcome": outcome})
+        telemetry.handler_duration.record(time.perf_counter() - started, {"service": self.service.name})
+
+    async def _reconcile_batch(self, pending: list[tuple[Msg, Envelope, list[Key]]]) -> dict[Key, str]:
+        """Reconcile each affected key once (the latest event is its cause); key → error for failures."""
+        causes: dict[Key, tuple[Envelope, dict[str, str]]] = {}
+        for msg, envelope, keys in pending:
+            for key in keys:
+                causes[key] = (envelope, msg.headers or {})
+        failures: dict[Key, str] = {}
+
+        async def one(key: Key, cause: Envelope, headers: dict[str, str]) -> None:
+            # The producer's trace travels in the NATS headers; the envelope keeps a copy for replays.
+            carrier = headers if "traceparent" in headers else telemetry.trace_headers(cause.trace)
+            parent = telemetry.context_from(carrier)
+            with self._tracer.start_as_current_span(
+                f"{self.service.name} reconcile",
+                context=parent,
+                kind=trace.SpanKind.CONSUMER,
+                attributes={
+                    "jetway.service": self.service.name,
+                    "jetway.event.type": type_tag(cause.event),
+                    "jetway.event.id": cause.id,
+                    "jetway.resource": str(key),
+                    "messaging.system": "nats",
+                    "messaging.destination.name": cause.subject,
+                },
+            ) as span:
+                try:
+                    await self.reconcile(key, cause)
+                except Exception as exc:
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    failures[key] = f"reconcile failed: {type(exc).__name__}: {exc}"
+                    log.warning("reconcile failed", extra={"service": self.service.name, "resource": str(key), "error": str(exc)})
+
+        await asyncio.gather(*(one(k, c, h) for k, (c, h) in causes.items()))
+        return failures
+
+    async def _fetch_loop(self, psub: Any) -> None:
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                msgs = await psub.fetch(self.settings.batch, timeout=self.settings.fetch_timeout)
+            except (TimeoutError, nats.errors.TimeoutError):
+                self.lag = 0
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS restarting, consumer briefly gone: wait and try again
+                log.debug("fetch failed: %s", exc, extra={"service": self.service.name})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                if isinstance(exc, nats.js.errors.NotFoundError):
+                    psub = await self._consumer(max(self.seen.values(), default=0))
+                continue
+            delay = 0.1
+            await self.handle_batch(msgs)
+
+    async def _resync(self) -> None:
+        interval = self.service.resync_interval
+        if not interval:
+            return
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+            if not self._stopping.is_set():
+                await self.reconcile_all()
+
+    async def run(self) -> None:
+        """Rebuild, reconcile what is known, then consume until `stop()`."""
+        await ensure_streams(self.js, self.settings.streams)
+        last = await self.rebuild()
+        psub = await self._consumer(last)
+        telemetry.register_lag(self.service.name, lambda: self.lag)
+        await self.reconcile_all()
+        self._tasks = [
+            asyncio.create_task(self.service.alongside(self), name=f"{self.service.name}-alongside"),
+            asyncio.create_task(self._resync(), name=f"{self.service.name}-resync"),
+        ]
+        self.ready.set()
+        log.info("service running", extra={"service": self.service.name})
+        try:
+            await self._fetch_loop(psub)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+            log.info("service stopped", extra={"service": self.service.name})
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+async def run_until_stopped(runners: list[Runner], stop: asyncio.Event, on_ready: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Run several services in one process until `stop` is set (SIGTERM, Ctrl-C), then drain.
+
+    A service that fails stops the others: a half-running control plane is worse than none.
+    """
+    tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
+    waiting = asyncio.create_task(stop.wait())
+    try:
+        ready = asyncio.create_task(asyncio.wait([asyncio.create_task(r.ready.wait()) for r in runners]))
+        await asyncio.wait([ready, waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        if ready.done() and not stop.is_set() and not any(t.done() for t in tasks) and on_ready is not None:
+            await on_ready()
+        await asyncio.wait([waiting, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for runner in runners:
+            runner.stop()
+        waiting.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+
+
+__all__ = ["Effects", "Runner", "RunnerSettings", "Service", "Undecodable", "run_until_stopped"]

@@ -1,0 +1,173 @@
+"""The event store against a real nats-server: append, conflicts, de-duplication, replay."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nats.aio.client import Client
+
+from contracts.events import Envelope, ResourceApplied, ResourceDeleted, StatusReported, StatusSlice
+from contracts.subjects import Key, decode_token, encode_token, parse_subject
+from runtime.bus import EVENTS_STREAM, connect, ensure_streams
+from runtime.eventstore import Conflict, EventStore, Undecodable
+from tests.support.nats import NatsEndpoint
+
+MEMBER = Key("InferencePoolMember", "", "gpu-a")
+
+
+def applied(key: Key, generation: int = 1, **spec: object) -> ResourceApplied:
+    return ResourceApplied(kind=key.kind, namespace=key.namespace, name=key.name, generation=generation, spec=dict(spec))
+
+
+@pytest.fixture
+async def client(nats: NatsEndpoint) -> AsyncIterator[Client]:
+    nc = await connect(nats.url, name="test")
+    await ensure_streams(nc.jetstream())
+    yield nc
+    await nc.close()
+
+
+@pytest.fixture
+def store(client: Client) -> EventStore:
+    return EventStore(client, producer="watcher")
+
+
+async def test_append_returns_the_stored_sequence_and_envelope(store: EventStore) -> None:
+    first = await store.append(MEMBER.subject(), applied(MEMBER), expected_seq=0)
+    second = await store.append(MEMBER.subject(), applied(MEMBER, 2), expected_seq=first.seq)
+    assert (first.seq, second.seq) == (1, 2)
+    assert second.producer == "watcher" and second.event.generation == 2  # type: ignore[attr-defined]
+    assert await store.last_seq(MEMBER.subject()) == 2
+
+
+async def test_stale_writer_gets_a_conflict_and_stores_nothing(store: EventStore) -> None:
+    await store.append(MEMBER.subject(), applied(MEMBER), expected_seq=0)
+    await store.append(MEMBER.subject(), applied(MEMBER, 2), expected_seq=1)
+    with pytest.raises(Conflict) as conflict:
+        await store.append(MEMBER.subject(), applied(MEMBER, 3), expected_seq=1)
+    assert conflict.value.actual == 2
+    assert [i.event.generation for i in await store.history(MEMBER)] == [1, 2]  # type: ignore[union-attr]
+
+
+async def test_expected_sequence_guards_each_facet_separately(store: EventStore) -> None:
+    await store.append(MEMBER.subject(), applied(MEMBER), expected_seq=0)
+    # another facet of the same resource starts at 0: a service's decisions never conflict with applies
+    decision = await store.append(MEMBER.subject("gateway"), StatusReported(generation=1), expected_seq=0)
+    assert decision.seq == 2
+    await store.append(MEMBER.subject(), applied(MEMBER, 2), expected_seq=1)
+
+
+async def test_duplicate_message_id_is_stored_once(store: EventStore) -> None:
+    one = await store.append(MEMBER.subject(), applied(MEMBER), msg_id="apply-1")
+    two = await store.append(MEMBER.subject(), applied(MEMBER), msg_id="apply-1")
+    assert one.seq == two.seq == 1
+    assert len(await store.read()) == 1
+
+
+async def test_retry_after_a_lost_ack_is_recognised_not_conflicted(store: EventStore) -> None:
+    # The first attempt was stored but its ack was lost: the retry carries the same message id
+    # and the now-stale expected sequence. JetStream answers "wrong last sequence"; the store
+    # recognises its own message and reports success with the original sequence.
+    first = await store.append(MEMBER.subject(), applied(MEMBER), expected_seq=0, msg_id="once")
+    retry = await store.append(MEMBER.subject(), applied(MEMBER), expected_seq=0, msg_id="once")
+    assert retry.seq == first.seq
+    assert len(await store.read()) == 1
+
+
+async def _fill(store: EventStore, count: int) -> list[Envelope]:
+    return [
+        await store.append(Key("ModelDeployment", "ns", f"m{i}").subject(), applied(Key("ModelDeployment", "ns", f"m{i}")))
+        for i in range(count)
+    ]
+
+
+async def test_replay_from_start_by_sequence_and_until(store: EventStore) -> None:
+    stored = await _fill(store, 10)
+    assert [i.seq for i in await store.read()] == [e.seq for e in stored]
+    assert [i.seq for i in await store.read(since_seq=4)] == list(range(4, 11))
+    assert [i.seq for i in await store.read(until_seq=3)] == [1, 2, 3]
+    assert [i.seq for i in await store.read(since_seq=5, until_seq=6)] == [5, 6]
+    assert await store.read(since_seq=11) == []
+
+
+async def test_replay_by_time(store: EventStore) -> None:
+    early = await _fill(store, 3)
+    middle = datetime.now(UTC)
+    late = await _fill(store, 2)
+    since = [i.seq for i in await store.read(since_time=middle)]
+    assert since == [e.seq for e in late]
+    assert [i.seq for i in await store.read(until_time=middle)] == [e.seq for e in early]
+    assert await store.read(since_time=datetime.now(UTC) + timedelta(hours=1)) == []
+
+
+async def test_replay_of_an_empty_filter_returns_at_once(store: EventStore) -> None:
+    await _fill(store, 2)
+    assert await store.read("jetway.evt.agentdeployment.>") == []
+
+
+async def test_history_holds_every_facet_of_one_resource_in_order(store: EventStore) -> None:
+    other = Key("InferencePoolMember", "", "gpu-b")
+    await store.append(MEMBER.subject(), applied(MEMBER))
+    await store.append(other.subject(), applied(other))
+    await store.append(MEMBER.subject("gateway"), StatusReported(generation=1, status=StatusSlice(phase="Healthy")))
+    await store.append(MEMBER.subject(), ResourceDeleted(kind=MEMBER.kind, namespace="", name=MEMBER.name))
+    history = await store.history(MEMBER)
+    assert [(i.facet, i.type) for i in history] == [  # type: ignore[union-attr]
+        ("spec", "ResourceApplied.v1"),
+        ("gateway", "StatusReported.v1"),
+        ("spec", "ResourceDeleted.v1"),
+    ]
+
+
+async def test_latest_state_of_every_resource_of_a_kind(store: EventStore) -> None:
+    a, b = Key("ModelDeployment", "x", "a"), Key("ModelDeployment", "y", "b")
+    await store.append(a.subject(), applied(a, 1))
+    await store.append(b.subject(), applied(b, 1))
+    await store.append(a.subject(), applied(a, 2))
+    await store.append(a.subject("selector"), StatusReported(generation=2))
+    latest = await store.latest("ModelDeployment")
+    assert {k: e.event.generation for k, e in latest.items()} == {a: 2, b: 1}  # type: ignore[attr-defined]
+
+
+async def test_unreadable_messages_are_reported_in_order_not_raised(client: Client, store: EventStore) -> None:
+    await store.append(MEMBER.subject(), applied(MEMBER))
+    await client.jetstream().publish(MEMBER.subject(), b"\x00not json", stream=EVENTS_STREAM)
+    await client.jetstream().publish(
+        MEMBER.subject(), msgspec.json.encode({"id": "x", "event": {"type": "Future.v9"}}), stream=EVENTS_STREAM
+    )
+    await store.append(MEMBER.subject(), applied(MEMBER, 2))
+    items = await store.read()
+    assert [type(i).__name__ for i in items] == ["Envelope", "Undecodable", "Undecodable", "Envelope"]
+    bad = [i for i in items if isinstance(i, Undecodable)]
+    assert "malformed" in bad[0].reason and "not a Jetway event" in bad[1].reason
+
+
+async def test_streams_are_created_idempotently(client: Client) -> None:
+    js = client.jetstream()
+    await ensure_streams(js)
+    await ensure_streams(js)
+    info = await js.stream_info(EVENTS_STREAM)
+    assert info.config.subjects == ["jetway.evt.>"] and info.config.storage == "file"
+    assert info.config.duplicate_window == 120
+
+
+async def test_names_with_dots_and_any_characters_stay_one_subject_token(store: EventStore) -> None:
+    odd = Key("InferencePoolMember", "", "gpu.a b*>_é")
+    stored = await store.append(odd.subject(), applied(odd))
+    assert stored.key == odd
+    assert len(stored.subject.split(".")) == 6
+    assert [i.key for i in await store.history(odd)] == [odd]  # type: ignore[union-attr]
+
+
+@given(st.text(min_size=1, max_size=60))
+def test_subject_tokens_round_trip(name: str) -> None:
+    token = encode_token(name)
+    assert decode_token(token) == name
+    assert all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in token)
+    key = Key("ModelDeployment", "ns.with.dots", name)
+    assert parse_subject(key.subject("selector"))[1:] == ("ns.with.dots", name, "selector")

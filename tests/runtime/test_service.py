@@ -1,0 +1,310 @@
+"""The service loop against a real nats-server: crashes, restarts, poison events, traces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from contracts.events import Envelope, ResourceApplied, StatusReported
+from contracts.subjects import Key
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
+from runtime.eventstore import EventStore
+from runtime.service import Runner, RunnerSettings
+from tests.support.ack_service import AckService
+from tests.support.nats import NatsEndpoint
+from tests.support.waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+Started = list[tuple[Runner, "asyncio.Task[None]"]]
+FAST = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2), max_attempts=3)
+
+
+def member(name: str) -> Key:
+    return Key("InferencePoolMember", "", name)
+
+
+def applied(key: Key, generation: int) -> ResourceApplied:
+    return ResourceApplied(kind=key.kind, namespace="", name=key.name, generation=generation, spec={"backend": "echo"})
+
+
+@pytest.fixture
+async def client(nats: NatsEndpoint) -> AsyncIterator[Client]:
+    nc = await connect(nats.url, name="test")
+    await ensure_streams(nc.jetstream())
+    yield nc
+    await nc.close()
+
+
+async def consumer_idle(nc: Client, durable: str) -> bool:
+    try:
+        info = await nc.jetstream().consumer_info(EVENTS_STREAM, durable)
+    except Exception:
+        return False
+    return info.num_pending == 0 and info.num_ack_pending == 0
+
+
+async def decisions_of(store: EventStore, service: str) -> list[Envelope]:
+    return [i for i in await store.read(f"jetway.evt.*.*.*.{service}") if isinstance(i, Envelope)]
+
+
+class ServiceProcess:
+    """The ack service in its own process, so that a test can SIGKILL it."""
+
+    def __init__(self, url: str, name: str, dump: Path) -> None:
+        self.args = [sys.executable, "-m", "tests.support.ack_service", "--nats", url, "--name", name, "--dump", str(dump)]
+        self.dump = dump
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServiceProcess:
+        self.process = subprocess.Popen(self.args, cwd=ROOT, stderr=subprocess.DEVNULL)
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=20)
+
+    def state(self) -> dict[str, list[int]]:
+        return dict(json.loads(self.dump.read_text()))
+
+
+async def test_service_killed_mid_burst_reaches_the_same_projection_with_no_effect_twice(
+    nats: NatsEndpoint, client: Client, tmp_path: Path
+) -> None:
+    store = EventStore(client, producer="watcher")
+    steady = ServiceProcess(nats.url, "steady", tmp_path / "steady.json").start()
+    victim = ServiceProcess(nats.url, "victim", tmp_path / "victim.json").start()
+    js = client.jetstream()
+    for durable in ("jetway-steady", "jetway-victim"):
+        await eventually(lambda d=durable: consumer_idle(client, d), timeout=30, message=f"{durable} started")
+
+    keys = [member(f"m{i}") for i in range(250)]
+    final = {}
+
+    async def burst() -> None:
+        for generation in range(1, 5):  # 1,000 events: four generations of 250 members
+            for key in keys:
+                await store.append(key.subject(), applied(key, generation))
+                final[key] = generation
+
+    producer = asyncio.create_task(burst())
+
+    async def victim_mid_burst() -> bool:
+        info = await js.consumer_info(EVENTS_STREAM, "jetway-victim")
+        return info.delivered.stream_seq > 300
+
+    await eventually(victim_mid_burst, timeout=60, message="victim handling the burst")
+    assert not producer.done(), "the burst finished before the kill; the test would prove nothing"
+    victim.kill()
+    await producer
+    victim.start()
+    for durable in ("jetway-steady", "jetway-victim"):
+        await eventually(lambda d=durable: consumer_idle(client, d), timeout=60, message=f"{durable} caught up")
+
+    async def all_acked(service: str) -> bool:
+        latest: dict[Key, int] = {}
+        for envelope in await decisions_of(store, service):
+            latest[envelope.key] = envelope.event.generation  # type: ignore[attr-defined]
+        return latest == final
+
+    for service in ("steady", "victim"):
+        await eventually(lambda s=service: all_acked(s), timeout=60, message=f"{service} acknowledged every final generation")
+        per_generation = Counter((e.key, e.event.generation) for e in await decisions_of(store, service))  # type: ignore[attr-defined]
+        assert max(per_generation.values()) == 1, f"{service} acknowledged a generation twice"
+
+    assert steady.terminate() == 0
+    assert victim.terminate() == 0
+    assert victim.state() == steady.state()
+    assert len(victim.state()) == 250
+
+
+async def test_nats_restarted_mid_burst_loses_no_acknowledged_event(nats: NatsEndpoint, client: Client, started: Started) -> None:
+    store = EventStore(client, producer="watcher", append_timeout=60)
+    service = AckService("acker")
+    await _run(client, service, started)
+    acknowledged: list[Envelope] = []
+
+    async def burst() -> None:
+        for i in range(1000):
+            key = member(f"n{i % 100}")
+            acknowledged.append(await store.append(key.subject(), applied(key, i // 100 + 1)))
+
+    producer = asyncio.create_task(burst())
+    await eventually(lambda: len(acknowledged) >= 300, timeout=60, message="a third of the burst stored")
+    await asyncio.get_running_loop().run_in_executor(None, lambda: nats.restart(crash=True))
+    await asyncio.wait_for(producer, 120)
+
+    stored = [i for i in await store.read("jetway.evt.*.*.*.spec") if isinstance(i, Envelope)]
+    assert Counter(e.id for e in stored) == Counter(e.id for e in acknowledged), "every acknowledged append stored exactly once"
+    assert len(stored) == 1000
+    await eventually(
+        lambda: service.acked == service.generation and len(service.acked) == 100,
+        timeout=60,
+        message="the service caught up after the restart",
+    )
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[tuple[Runner, asyncio.Task[None]]]]:
+    """Runners started by a test, stopped afterwards whatever the test's outcome."""
+    running: list[tuple[Runner, asyncio.Task[None]]] = []
+    yield running
+    for runner, _ in running:
+        runner.stop()
+    await asyncio.wait_for(asyncio.gather(*(t for _, t in running), return_exceptions=True), 30)
+
+
+async def _run(client: Client, service: AckService, started: Started, settings: RunnerSettings = FAST) -> tuple[Runner, asyncio.Task[None]]:
+    runner = Runner(service, client, settings)
+    task = asyncio.create_task(runner.run())
+    started.append((runner, task))
+    await asyncio.wait_for(runner.ready.wait(), 20)
+    return runner, task
+
+
+async def _dead_letters(client: Client) -> list[tuple[str, dict[str, str]]]:
+    store = EventStore(client, producer="test", stream=DLQ_STREAM)
+    found: list[tuple[str, dict[str, str]]] = []
+    js = client.jetstream()
+    last = await store.stream_last_seq()
+    for seq in range(1, last + 1):
+        msg = await js.get_msg(DLQ_STREAM, seq)
+        found.append((msg.subject, dict(msg.headers or {})))
+    return found
+
+
+async def test_poison_event_goes_to_the_dead_letter_subject_and_the_consumer_keeps_going(client: Client, started: Started) -> None:
+    service = AckService("acker")
+    await _run(client, service, started)
+    store = EventStore(client, producer="watcher")
+    await client.jetstream().publish(member("poison").subject(), b"{not an event", stream=EVENTS_STREAM)
+    after = member("after-poison")
+    await store.append(after.subject(), applied(after, 1))
+    await eventually(lambda: service.acked.get(after) == 1, message="the event after the poison handled")
+    letters = await eventually(lambda: _dead_letters(client), message="a dead letter")
+    subject, headers = letters[0]
+    assert subject == "jetway.dlq.acker"
+    assert headers["Jetway-Dlq-Subject"] == member("poison").subject()
+    assert "malformed event payload" in headers["Jetway-Dlq-Reason"]
+
+
+async def test_failing_reconcile_is_retried_then_dead_lettered_with_the_reason(client: Client, started: Started) -> None:
+    service = AckService("acker")
+    await _run(client, service, started)
+    store = EventStore(client, producer="watcher")
+    failing, flaky, fine = member("fail-1"), member("flaky-1"), member("fine")
+    for key in (failing, flaky, fine):
+        await store.append(key.subject(), applied(key, 1))
+    await eventually(lambda: service.acked.get(flaky) == 1 and service.acked.get(fine) == 1, message="flaky retried, fine handled")
+    assert service.attempts[flaky] == 2
+    letters = await eventually(lambda: _dead_letters(client), timeout=15, message="the failing event dead-lettered")
+    headers = letters[0][1]
+    assert headers["Jetway-Dlq-Subject"] == failing.subject()
+    assert "cannot acknowledge fail-1" in headers["Jetway-Dlq-Reason"]
+    assert int(headers["Jetway-Dlq-Deliveries"]) == FAST.max_attempts
+    assert service.attempts[failing] == FAST.max_attempts
+    assert failing not in service.acked
+
+
+async def test_restarted_service_rebuilds_its_projection_and_re_emits_nothing(client: Client, started: Started) -> None:
+    store = EventStore(client, producer="watcher")
+    for i in range(50):
+        key = member(f"r{i}")
+        await store.append(key.subject(), applied(key, 1))
+        await store.append(key.subject(), applied(key, 2))
+    first = AckService("acker")
+    runner, task = await _run(client, first, started)
+    await eventually(lambda: len(first.acked) == 50 and set(first.acked.values()) == {2}, message="all acknowledged")
+    await eventually(lambda: consumer_idle(client, "jetway-acker"), message="consumer idle")
+    runner.stop()
+    await task
+    before = await store.stream_last_seq()
+
+    second = AckService("acker")
+    await _run(client, second, started)
+    await eventually(lambda: consumer_idle(client, "jetway-acker"), message="consumer idle again")
+    assert second.state() == first.state()
+    assert second.emitted == 0
+    assert await store.stream_last_seq() == before, "a restart must not record anything new"
+
+
+async def test_two_replicas_of_one_service_record_each_decision_once(client: Client, started: Started) -> None:
+    # Replicas of one service share its durable consumer, so deliveries are split between them;
+    # what must hold is that each decision is recorded once, whichever replica makes it.
+    store = EventStore(client, producer="watcher")
+    one, two = AckService("acker"), AckService("acker")
+    await _run(client, one, started)
+    await _run(client, two, started)
+    keys = [member(f"d{i}") for i in range(40)]
+    for key in keys:
+        await store.append(key.subject(), applied(key, 1))
+
+    async def all_decided() -> bool:
+        return {e.key for e in await decisions_of(store, "acker")} == set(keys)
+
+    await eventually(all_decided, message="every member acknowledged by one replica or the other")
+    for runner, _ in started:
+        await runner.reconcile_all()
+    counts = Counter((e.key, e.event.generation) for e in await decisions_of(store, "acker"))  # type: ignore[attr-defined]
+    assert len(counts) == 40 and set(counts.values()) == {1}
+
+
+async def test_sigterm_stops_the_service_cleanly(nats: NatsEndpoint, client: Client, tmp_path: Path) -> None:
+    process = ServiceProcess(nats.url, "graceful", tmp_path / "graceful.json").start()
+    await eventually(lambda: consumer_idle(client, "jetway-graceful"), timeout=30, message="started")
+    store = EventStore(client, producer="watcher")
+    await store.append(member("x").subject(), applied(member("x"), 1))
+    await eventually(lambda: consumer_idle(client, "jetway-graceful"), message="handled")
+    assert process.terminate() == 0
+    assert process.state() == {"InferencePoolMember/x": [1, 1]}
+
+
+@pytest.fixture(scope="module")
+def spans() -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+async def test_a_trace_started_by_a_producer_is_continued_by_the_consumer(
+    client: Client, spans: InMemorySpanExporter, started: Started
+) -> None:
+    service = AckService("acker")
+    await _run(client, service, started)
+    store = EventStore(client, producer="watcher")
+    key = member("traced")
+    with trace.get_tracer("test").start_as_current_span("user applies a member") as producer_span:
+        stored = await store.append(key.subject(), applied(key, 1))
+    await eventually(lambda: service.acked.get(key) == 1, message="handled")
+    assert stored.trace.traceparent
+    producer_context = producer_span.get_span_context()
+    consumer = [s for s in spans.get_finished_spans() if s.name == "acker reconcile" and s.attributes.get("jetway.resource") == str(key)]
+    assert consumer, [s.name for s in spans.get_finished_spans()]
+    assert consumer[0].context.trace_id == producer_context.trace_id
+    assert consumer[0].parent is not None and consumer[0].parent.span_id == producer_context.span_id
+    # the decision the consumer recorded carries the same trace onward
+    decision = (await decisions_of(store, "acker"))[0]
+    assert isinstance(decision.event, StatusReported)
+    assert decision.trace.traceparent.split("-")[1] == f"{producer_context.trace_id:032x}"
