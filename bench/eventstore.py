@@ -215,16 +215,17 @@ async def main(events: int) -> dict[str, Any]:
 
     await nc.close()
     server.stop()
-    result = {
+    table = {
+        name: {"ours_per_s": round(ours), "raw_per_s": round(raw), "ratio": round(ours / raw, 2)} for name, (ours, raw) in rows.items()
+    }
+    result: dict[str, Any] = {
         "events": md_events,
         "rebuild_seconds": round(rebuild_seconds, 2),
         "resources_rebuilt": resources,
-        "rows": {
-            name: {"ours_per_s": round(ours), "raw_per_s": round(raw), "ratio": round(ours / raw, 2)} for name, (ours, raw) in rows.items()
-        },
+        "rows": table,
     }
     print(f"{'measure':<32} {'ours/s':>10} {'raw nats-py/s':>14} {'ratio':>7}")
-    for name, row in result["rows"].items():
+    for name, row in table.items():
         print(f"{name:<32} {row['ours_per_s']:>10,} {row['raw_per_s']:>14,} {row['ratio']:>7.2f}")
     print(f"rebuild: {result['rebuild_seconds']} s for {md_events:,} events ({resources:,} resources)")
     return result
