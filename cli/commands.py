@@ -39,7 +39,207 @@ def _replay(args: argparse.Namespace) -> int:
         return 2 if isinstance(exc, BadReference | ValueError) else 5
 
 
+def _api_call(args: argparse.Namespace, action: Any) -> int:
+    """Run a client command with the config of the running Jetway; errors become exit codes."""
+    from cli import client
+    from cli.config import load
+
+    try:
+        return int(action(client.Api(load(args.data_dir))))
+    except NotRunning as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return client.NETWORK
+    except client.Unreachable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return client.NETWORK
+    except client.ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BadReference as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return client.USAGE
+
+
+def _up(args: argparse.Namespace) -> int:
+    from cli import up
+
+    return up.run(
+        up.Options(
+            args.data_dir,
+            args.api_port,
+            args.router_port,
+            args.nats_port,
+            args.probe_interval,
+            args.allow_link_local,
+            args.demo,
+            args.log_level,
+            args.log_format,
+        )
+    )
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from cli import client
+
+    return _api_call(args, lambda api: client.apply(api, args.filename, dry_run=args.dry_run, output=args.output))
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from cli import client
+
+    return _api_call(args, lambda api: client.diff(api, args.filename))
+
+
+def _get(args: argparse.Namespace) -> int:
+    from cli import client
+
+    name = args.name
+    kind = args.kind
+    if kind and "/" in kind and name is None:
+        kind, name = kind.split("/", 1)
+    return _api_call(args, lambda api: client.get(api, kind, name, namespace=args.namespace, output=args.output))
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from cli import client
+
+    if args.filename:
+        if args.kind:
+            print("error: --filename and a KIND NAME reference cannot both be set", file=sys.stderr)
+            return client.USAGE
+        return _api_call(args, lambda api: client.delete_files(api, args.filename))
+    kind, name = args.kind, args.name
+    if kind and "/" in kind and name is None:
+        kind, name = kind.split("/", 1)
+    if not kind or not name:
+        print("error: delete needs KIND NAME (or KIND/NAME, or -f FILE)", file=sys.stderr)
+        return client.USAGE
+    return _api_call(args, lambda api: client.delete(api, kind, name, namespace=args.namespace))
+
+
+def _secret(args: argparse.Namespace) -> int:
+    from cli.config import data_dir
+    from runtime.secrets import BadSecretName, FileSecrets
+
+    store = FileSecrets(data_dir(args.data_dir) / "secrets")
+    try:
+        if args.action == "set":
+            if not args.from_file:
+                print("error: secret set needs --from-file FILE (or - for stdin); values never go on the command line", file=sys.stderr)
+                return 2
+            value = sys.stdin.buffer.read() if args.from_file == "-" else open(args.from_file, "rb").read()  # noqa: SIM115
+            store.set(args.name, value)
+            print(f"✓ secret {args.name} set ({len(value)} bytes); members referencing it pick it up at their next probe")
+        elif args.action == "delete":
+            found = store.delete(args.name)
+            print(f"✓ secret {args.name} {'deleted' if found else 'noop (not found)'}")
+        else:
+            for name in store.names():
+                print(name)
+    except BadSecretName as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _compute_agent(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+    from pathlib import Path
+
+    from runtime import logs
+    from runtime.bus import connect
+    from services.gateway.computeagent import ComputeAgent
+
+    async def run() -> int:
+        logs.setup(args.log_level, json_lines=False)
+        try:
+            url = nats_url(args.nats, args.data_dir)
+            nc = await connect(url, name=f"compute-agent-{args.name}")
+        except (NotRunning, ConnectionError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 5
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        agent = ComputeAgent(
+            nc,
+            args.name,
+            args.upstream,
+            token_file=Path(args.token_file) if args.token_file else None,
+            ca_file=Path(args.ca_file) if args.ca_file else None,
+        )
+        print(f"jetway compute-agent: {args.name} enrolled on {url}, forwarding to {args.upstream}; Ctrl-C to stop", file=sys.stderr)
+        await agent.run(stop)
+        await nc.drain()
+        return 0
+
+    return asyncio.run(run())
+
+
 def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
+    p = sub.add_parser("up", help="run NATS, every service, the apply API and the router on 127.0.0.1 until Ctrl-C")
+    p.add_argument(
+        "--data-dir", help="where the event store, secrets and jetway.json live (default: $JETWAY_DATA_DIR or ~/.local/share/jetway)"
+    )
+    p.add_argument("--api-port", type=int, default=8181, help="apply API port (0 picks a free one; default 8181)")
+    p.add_argument("--router-port", type=int, default=8180, help="router port (0 picks a free one; default 8180)")
+    p.add_argument("--nats-port", type=int, default=0, help="NATS port (default 0: a free one, written to jetway.json)")
+    p.add_argument("--probe-interval", type=float, default=5.0, help="seconds between member probes (default 5)")
+    p.add_argument("--allow-link-local", action="store_true", help="let members point at link-local and cloud metadata addresses")
+    p.add_argument("--demo", action="store_true", help="apply an echo member and send a chat completion through the router")
+    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", default="text", choices=("text", "json"))
+    p.set_defaults(handler=_up)
+
+    p = sub.add_parser("apply", help="apply manifests to the running Jetway, in order, stopping at the first failure")
+    p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE", help="YAML/JSON file, directory, or -")
+    p.add_argument("--dry-run", action="store_true", help="validate and show what would change, store nothing")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_apply)
+
+    p = sub.add_parser("diff", help="show what applying the manifests would change (exit 1 when something would)")
+    p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_diff)
+
+    p = sub.add_parser("get", help="list kinds, resources of a kind, or show one resource")
+    p.add_argument("kind", nargs="?", metavar="KIND[/NAME]")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("-n", "--namespace")
+    p.add_argument("-o", "--output", choices=("text", "yaml", "json"), default="text")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_get)
+
+    p = sub.add_parser("delete", help="delete a resource (KIND NAME, KIND/NAME, or every document of -f FILE)")
+    p.add_argument("kind", nargs="?", metavar="KIND[/NAME]")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("-f", "--filename", action="append", metavar="FILE")
+    p.add_argument("-n", "--namespace")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_delete)
+
+    p = sub.add_parser("secret", help="manage the standalone secret store (values never enter the event stream)")
+    p.add_argument("action", choices=("set", "delete", "list"))
+    p.add_argument("name", nargs="?", default="")
+    p.add_argument("--from-file", metavar="FILE", help="the value's file, or - for stdin")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_secret)
+
+    p = sub.add_parser("compute-agent", help="serve an operator-signal member: forward its requests to a local upstream")
+    p.add_argument("--name", required=True, help="the member's spec.computeOperatorRef")
+    p.add_argument("--upstream", required=True, help="the local model server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--token-file", help="bearer token for the upstream (read on each request)")
+    p.add_argument("--ca-file", help="extra CA bundle for an https upstream")
+    p.add_argument("--nats", metavar="URL", help="the bus (default: from jetway.json or $NATS_URL)")
+    p.add_argument("--data-dir")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(handler=_compute_agent)
+
     p = sub.add_parser("events", help="print the event history of everything, a kind, or one resource")
     p.add_argument("ref", nargs="?", metavar="KIND[/NAME]", help="e.g. modeldeployment/qwen, ipm/echo, or a kind alone")
     p.add_argument("--since", metavar="SEQ|TIME", help="a sequence, an RFC 3339 time, or an age such as 15m")

@@ -194,8 +194,17 @@ _wire_decoder = msgspec.json.Decoder(_WireEnvelope)
 _decoders: dict[str, Any] = {}
 
 
+# Modules whose decision types join the union: whoever decodes (a service, the CLI) reads
+# every type, whichever modules it happened to import itself.
+EVENT_MODULES = ("contracts.gateway",)
+
+
 def _event_decoder() -> Any:
     if "event" not in _decoders:
+        import importlib
+
+        for module in EVENT_MODULES:
+            importlib.import_module(module)
         union: Any = EVENT_TYPES[0]
         for event_type in EVENT_TYPES[1:]:
             union = union | event_type

@@ -321,9 +321,17 @@ class Runner:
 
     async def _fetch_loop(self, psub: Any) -> None:
         delay = 0.1
+        stopping = asyncio.ensure_future(self._stopping.wait())
         while not self._stopping.is_set():
+            fetching = asyncio.ensure_future(psub.fetch(self.settings.batch, timeout=self.settings.fetch_timeout))
+            await asyncio.wait([fetching, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not fetching.done():  # stopping: whatever this fetch would bring is redelivered later
+                fetching.cancel()
+                with contextlib.suppress(BaseException):
+                    await fetching
+                break
             try:
-                msgs = await psub.fetch(self.settings.batch, timeout=self.settings.fetch_timeout)
+                msgs = fetching.result()
             except (TimeoutError, nats.errors.TimeoutError):
                 self.lag = 0
                 continue
@@ -338,6 +346,7 @@ class Runner:
                 continue
             delay = 0.1
             await self.handle_batch(msgs)
+        stopping.cancel()
 
     async def _resync(self) -> None:
         interval = self.service.resync_interval

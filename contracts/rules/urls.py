@@ -55,3 +55,35 @@ def base_url_problem(url: str, *, allow_path: bool = True) -> str | None:
     if not allow_path and (parts.query or parts.path.strip("/")):
         return "must be a base URL without a path or query"
     return None
+
+
+# Addresses Jetway never dials unless its own configuration allows it: link-local (cloud
+# metadata services live there), and the well-known metadata endpoints. Private LAN and
+# loopback addresses stay allowed: members are operator-declared and often local.
+METADATA_ADDRESSES = frozenset({"169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2"})
+
+
+def refused_address(address: str, *, allow_link_local: bool = False) -> str | None:
+    """Why an IP address must not be dialled, or None when it may be."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None  # a host name: checked again once resolved
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if allow_link_local:
+        return None
+    if str(ip) in METADATA_ADDRESSES:
+        return f"{ip} is a cloud metadata address"
+    if ip.is_link_local:
+        return f"{ip} is a link-local address"
+    if ip.is_multicast or ip.is_unspecified:
+        return f"{ip} is not a unicast address"
+    return None
+
+
+def url_host(url: str) -> str:
+    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
+    if authority.startswith("["):
+        return authority[1 : authority.index("]")]
+    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority

@@ -1,0 +1,207 @@
+"""`jetway up`: the embedded default. NATS from the wheel, every service, the apply API and
+the router on 127.0.0.1, in one process, until Ctrl-C or SIGTERM.
+
+On the next start everything applied before is rebuilt from the stream in the data dir.
+`--demo` applies an echo member and sends a chat completion through the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import signal
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cli.config import ClientConfig, data_dir
+from runtime import logs, telemetry
+from runtime.bus import connect
+from runtime.natsserver import NatsServer, NatsServerError
+from runtime.process import settle_heap
+from runtime.secrets import FileSecrets
+from runtime.service import Runner
+from services.gateway import main as gateway_main
+from services.gateway import router
+from services.watcher import api
+from services.watcher import main as watcher_main
+
+log = logging.getLogger("jetway.up")
+DEFAULT_API_PORT = 8181
+DEFAULT_ROUTER_PORT = 8180
+HOST = "127.0.0.1"
+DEMO_MEMBER = {
+    "apiVersion": "airdress.co/v1alpha1",
+    "kind": "InferencePoolMember",
+    "metadata": {"name": "echo", "labels": {"tier": "demo"}},
+    "spec": {"backend": "echo", "models": [{"name": "echo", "contextWindow": 8192}]},
+}
+
+
+@dataclass
+class Options:
+    data_dir: str | None
+    api_port: int
+    router_port: int
+    nats_port: int
+    probe_interval: float
+    allow_link_local: bool
+    demo: bool
+    log_level: str
+    log_format: str
+
+
+def say(message: str) -> None:
+    print(f"jetway up: {message}", file=sys.stderr, flush=True)
+
+
+def load_token(directory: Path) -> str:
+    """The API token: kept in the data dir (mode 0600) so clients keep working across restarts."""
+    path = directory / "token"
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token
+    token = secrets.token_urlsafe(32)
+    path.touch(mode=0o600)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+def demo_manifest() -> dict[str, Any]:
+    example = Path(__file__).resolve().parent.parent / "examples" / "echo-member.yaml"
+    if example.exists():
+        import yaml
+
+        loaded = yaml.safe_load(example.read_text())
+        if isinstance(loaded, dict):
+            return loaded
+    return DEMO_MEMBER
+
+
+def _http(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"{}"), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}"), dict(exc.headers)
+
+
+async def run_demo(config: ClientConfig) -> None:
+    manifest = demo_manifest()
+    name = manifest["metadata"]["name"]
+    model = manifest["spec"]["models"][0]["name"]
+    loop = asyncio.get_running_loop()
+    status, body, _ = await loop.run_in_executor(None, _http, "POST", f"{config.api_url}/v1/apply", manifest, config.token)
+    if status >= 300:
+        raise RuntimeError(f"demo: apply failed ({status}): {body}")
+    say(f"demo: applied InferencePoolMember/{name} ({body['action']}, generation {body['generation']})")
+    for _ in range(200):
+        status, listing, _ = await loop.run_in_executor(None, _http, "GET", f"{config.router_url}/models")
+        if status == 200 and any(m["id"] == model for m in listing.get("data", [])):
+            break
+        await asyncio.sleep(0.05)
+    question = "Hello from the Jetway demo: this text went through the router and came back."
+    request = {"model": model, "messages": [{"role": "user", "content": question}]}
+    say(f"demo: POST {config.router_url}/chat/completions model={model}")
+    status, answer, headers = await loop.run_in_executor(None, _http, "POST", f"{config.router_url}/chat/completions", request)
+    if status != 200:
+        raise RuntimeError(f"demo: chat completion failed ({status}): {answer}")
+    content = answer["choices"][0]["message"]["content"]
+    say(f"demo: answer from member {headers.get('x-jetway-member', '?')}: {content!r}")
+    say(
+        f"demo: try it yourself: curl -s {config.router_url}/chat/completions -H 'content-type: application/json' "
+        f"-d '{json.dumps(request)}'"
+    )
+
+
+async def up(options: Options) -> int:
+    directory = data_dir(options.data_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    logs.setup(options.log_level, json_lines=options.log_format == "json")
+    telemetry.setup("up")
+    try:
+        nats = NatsServer(store_dir=directory / "nats", port=options.nats_port).start()
+    except NatsServerError as exc:
+        say(f"error: {exc}")
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    nc = await connect(nats.url, name="jetway-up")
+    token = load_token(directory)
+    secret_store = FileSecrets(directory / "secrets")
+    watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
+    gateway = gateway_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
+    runners: list[Runner] = [watcher.runner, gateway.runner]
+    tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
+    api_runner = router_server = None
+    try:
+        ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        waiting: list[asyncio.Future[Any]] = [ready, stopped, *tasks]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in tasks if t.done()]
+        if failed or stop.is_set():
+            for task in failed:
+                with contextlib.suppress(Exception):
+                    task.result()
+            return 1 if failed else 0
+        try:
+            api_runner, api_port = await api.serve(api.build_app(watcher.service, token), HOST, options.api_port)
+            router_server, router_port = await router.serve(gateway.routes, HOST, options.router_port)
+        except OSError as exc:
+            say(f"error: cannot listen: {exc.strerror} (choose other ports with --api-port/--router-port, or 0 for free ones)")
+            return 1
+        settle_heap()
+        config = ClientConfig(
+            api_url=f"http://{HOST}:{api_port}", router_url=f"http://{HOST}:{router_port}/v1", token=token, nats_url=nats.url
+        )
+        path = config.write(directory)
+        resources = len(watcher.service.state.resources.items)
+        say(f"NATS JetStream {nats.url} (store {directory / 'nats'}, sync_interval {nats.sync_interval})")
+        say(f"apply API {config.api_url} (bearer token in {path})")
+        say(f"router {config.router_url} (OpenAI-compatible: /v1/models, /v1/chat/completions, /v1/completions)")
+        say(f"{resources} resource{'s' if resources != 1 else ''} rebuilt from the stream; Ctrl-C to stop")
+        if options.demo:
+            try:
+                await run_demo(config)
+            except Exception as exc:
+                say(f"{exc}")
+                return 1
+        await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        return 1 if any(t.done() and not t.cancelled() and t.exception() for t in tasks) else 0
+    finally:
+        say("stopping")
+        for runner in runners:
+            runner.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if router_server is not None:
+            router_server.close()
+        if api_runner is not None:
+            await api_runner.cleanup()
+        gateway.routes.pool.close()
+        with contextlib.suppress(Exception):
+            await nc.drain()
+        nats.stop()
+        say("stopped")
+
+
+def run(options: Options) -> int:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.run(up(options))
+    return uvloop.run(up(options))

@@ -1,0 +1,5 @@
+import asyncio
+
+from services.gateway.main import main
+
+asyncio.run(main())

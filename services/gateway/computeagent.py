@@ -1,0 +1,95 @@
+"""`jetway compute-agent`: the compute role, run beside a model server.
+
+It enrols by answering on `jetway.signal.compute.<name>.*` (a queue group, so two agents of
+one name share the load), forwards probe and inference requests to its local upstream with
+its own bearer token (read from a file on every request, never sent over the bus), and
+streams each answer back to the requester.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from runtime.secrets import bearer_token
+from services.gateway.signal import ReplyStream, request_of, subject
+from services.gateway.upstream import Endpoint, UpstreamError, UpstreamPool
+
+log = logging.getLogger("jetway.compute-agent")
+
+
+class ComputeAgent:
+    def __init__(
+        self, nc: Client, name: str, upstream: str, *, token_file: Path | None = None, ca_file: Path | None = None, timeout: float = 3.0
+    ) -> None:
+        self.nc = nc
+        self.name = name
+        self.endpoint = Endpoint.parse(upstream, ca_file.read_bytes() if ca_file else None)
+        self.token_file = token_file
+        self.pool = UpstreamPool(allow_link_local=True)  # its upstream is the operator's own, on this host
+        self.timeout = timeout
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _auth(self) -> list[tuple[bytes, bytes]]:
+        if self.token_file is None:
+            return []
+        return [(b"authorization", b"Bearer " + bearer_token(self.token_file.read_bytes()).encode())]
+
+    async def _probe(self, msg: Msg) -> None:
+        try:
+            answer = await self.pool.fetch(
+                self.endpoint, "GET", "/v1/models", [(b"accept", b"application/json"), *self._auth()], timeout=self.timeout
+            )
+        except (UpstreamError, OSError) as exc:
+            await self.nc.publish(msg.reply, b"", headers={"Jetway-Error": f"local upstream: {exc}"})
+            return
+        await self.nc.publish(msg.reply, answer.content, headers={"Jetway-Status": str(answer.status)})
+
+    async def _inference(self, msg: Msg) -> None:
+        parsed = request_of(msg)
+        stream = ReplyStream(self.nc, msg.reply)
+        if parsed is None:
+            await stream.fail("not an inference request")
+            return
+        method, path, headers, body = parsed
+        try:
+            await self.pool.send(self.endpoint, method, path, [*headers, *self._auth()], body, stream, response_timeout=600)
+        except (UpstreamError, OSError) as exc:
+            await stream.fail(f"local upstream: {exc}")
+            return
+        await stream.close()
+
+    def _spawn(self, handler: str, msg: Msg) -> None:
+        task = asyncio.get_running_loop().create_task(getattr(self, handler)(msg))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        group = f"jetway-compute-{self.name}"
+
+        async def probe(msg: Msg) -> None:
+            self._spawn("_probe", msg)
+
+        async def inference(msg: Msg) -> None:
+            self._spawn("_inference", msg)
+
+        subs = [
+            await self.nc.subscribe(subject(self.name, "probe"), queue=group, cb=probe),
+            await self.nc.subscribe(subject(self.name, "inference"), queue=group, cb=inference),
+        ]
+        await self.nc.flush()
+        log.info("compute agent enrolled", extra={"agent": self.name, "upstream": f"{self.endpoint.host}:{self.endpoint.port}"})
+        try:
+            await stop.wait()
+        finally:
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            if self.tasks:
+                await asyncio.wait(self.tasks, timeout=30)
+            self.pool.close()

@@ -1,0 +1,72 @@
+"""The gateway service: members in, a probe per reconcile (and per tick), health decisions out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+import msgspec
+
+from contracts.conditions import carry_transitions
+from contracts.events import Envelope
+from contracts.gateway import PROBE_SIGNALS, probe_signal
+from contracts.subjects import Key, kind_filter
+from runtime.service import Effects, Runner, Service
+from services.gateway import decide
+from services.gateway.probe import Prober
+from services.gateway.projection import Members
+
+log = logging.getLogger("jetway.gateway")
+DEFAULT_PROBE_INTERVAL = 5.0
+
+
+class GatewayService(Service):
+    name = "gateway"
+    consumes = (kind_filter("InferencePoolMember"),)
+
+    def __init__(self, prober: Prober, *, probe_interval: float = DEFAULT_PROBE_INTERVAL) -> None:
+        self.members = Members()
+        self.prober = prober
+        self.resync_interval = probe_interval  # the tick: every member is probed this often
+        self.runner: Runner | None = None
+
+    def fold(self, envelope: Envelope) -> None:
+        self.members.fold(envelope)
+        if envelope.key not in self.members.items:
+            self.prober.forget(envelope.key)
+
+    def affected(self, envelope: Envelope) -> Iterable[Key]:
+        return (envelope.key,) if envelope.facet == "spec" else ()
+
+    def keys(self) -> Iterable[Key]:
+        return list(self.members.items)
+
+    async def reconcile(self, key: Key, effects: Effects) -> None:
+        member = self.members.items.get(key)
+        if member is None:
+            return
+        outcome, transport = await self.prober.probe(member)
+        if outcome.models is not None:
+            self.members.traffic_of(key).failed = False
+        decision = decide.health(member, outcome, transport)
+        previous = member.health.status.conditions if member.health is not None else ()
+        status = msgspec.structs.replace(decision.status, conditions=carry_transitions(decision.status.conditions, previous))
+        decision = msgspec.structs.replace(decision, status=status)
+        await effects.runner.nc.publish(PROBE_SIGNALS, probe_signal(key.subject()))
+        if not decide.same_health(member.health, decision):
+            await effects.emit(key, decision)
+
+    def member_failed(self, key: Key, reason: str) -> None:
+        """The router saw a member fail mid-request: no new traffic until a probe says otherwise."""
+        self.members.traffic_of(key).failed = True
+        log.warning("member failed a request", extra={"member": key.name, "reason": reason})
+        if self.runner is not None:
+            asyncio.get_running_loop().create_task(self._reprobe(key))
+
+    async def _reprobe(self, key: Key) -> None:
+        assert self.runner is not None
+        try:
+            await self.runner.reconcile(key)
+        except Exception as exc:
+            log.warning("re-probe failed: %s", exc, extra={"member": key.name})

@@ -1,0 +1,108 @@
+"""Probing one member: echo is always ready; HTTP members answer GET {url}/v1/models;
+operator-signal members answer through their compute agent. Secrets are read on every probe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from contracts.subjects import Key
+from runtime.secrets import SecretSource, bearer_token
+from services.gateway.decide import ProbeOutcome
+from services.gateway.projection import Member
+from services.gateway.signal import NoAgent, SignalClient
+from services.gateway.upstream import DialRefused, Endpoint, UpstreamError, UpstreamPool
+
+PROBE_TIMEOUT = 3.0
+
+
+class _Models(msgspec.Struct):
+    data: list[dict[str, object]]
+
+
+def advertised(body: bytes) -> tuple[str, ...] | None:
+    """Model ids of an OpenAI /v1/models answer, None when it is not one."""
+    try:
+        models = msgspec.json.decode(body, type=_Models)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return tuple(str(m["id"]) for m in models.data if isinstance(m.get("id"), str))
+
+
+@dataclass
+class Prober:
+    pool: UpstreamPool
+    secrets: SecretSource
+    signal: SignalClient | None = None
+    timeout: float = PROBE_TIMEOUT
+    resolved: dict[Key, tuple[Endpoint, str]] = field(default_factory=dict)  # what the router dials, per member
+
+    def credentials(self, key: Key) -> tuple[Endpoint, str] | None:
+        return self.resolved.get(key)
+
+    def forget(self, key: Key) -> None:
+        self.resolved.pop(key, None)
+
+    def _read_secret(self, name: str, field_name: str) -> bytes | ProbeOutcome:
+        value = self.secrets.get(name)
+        if value is None:
+            return ProbeOutcome(reason="SecretNotFound", message=f"secret {name!r} ({field_name}) not found in the secret store")
+        return value
+
+    async def probe(self, member: Member) -> tuple[ProbeOutcome, str]:
+        spec = member.spec
+        transport = spec.transport or "http-direct"
+        if spec.backend == "echo":
+            return ProbeOutcome(models=member.declared), transport
+        if transport == "operator-signal":
+            return await self._probe_agent(spec.computeOperatorRef or ""), transport
+        token = ""
+        if spec.authSecretRef:
+            value = self._read_secret(spec.authSecretRef, "authSecretRef")
+            if isinstance(value, ProbeOutcome):
+                return value, transport
+            token = bearer_token(value)
+        bundle = None
+        if spec.caFileRef:
+            value = self._read_secret(spec.caFileRef, "caFileRef")
+            if isinstance(value, ProbeOutcome):
+                return value, transport
+            bundle = value
+        try:
+            endpoint = Endpoint.parse(spec.url, bundle)
+        except ValueError as exc:
+            return ProbeOutcome(reason="ProbeFailed", message=f"url cannot be dialled: {exc}"), transport
+        self.resolved[member.key] = (endpoint, token)
+        headers = [(b"accept", b"application/json")]
+        if token:
+            headers.append((b"authorization", b"Bearer " + token.encode()))
+        try:
+            answer = await self.pool.fetch(endpoint, "GET", "/v1/models", headers, timeout=self.timeout)
+        except DialRefused as exc:
+            return ProbeOutcome(reason="DialRefused", message=str(exc)), transport
+        except UpstreamError as exc:
+            return ProbeOutcome(reason="Unreachable", message=str(exc)), transport
+        except ValueError as exc:  # e.g. a CA bundle that is not PEM
+            return ProbeOutcome(reason="ProbeFailed", message=f"cannot use the CA bundle of caFileRef {spec.caFileRef!r}: {exc}"), transport
+        return self._judge(answer.status, answer.content), transport
+
+    async def _probe_agent(self, agent: str) -> ProbeOutcome:
+        if self.signal is None:
+            return ProbeOutcome(reason="ComputeOperatorNotEnrolled", message="operator-signal needs the bus")
+        try:
+            status, body = await self.signal.probe(agent, self.timeout)
+        except NoAgent as exc:
+            return ProbeOutcome(reason="ComputeOperatorNotEnrolled", message=str(exc))
+        except UpstreamError as exc:
+            return ProbeOutcome(reason="Unreachable", message=str(exc))
+        return self._judge(status, body)
+
+    @staticmethod
+    def _judge(status: int, body: bytes) -> ProbeOutcome:
+        if not 200 <= status < 300:
+            return ProbeOutcome(reason="ProbeFailed", message=f"GET /v1/models answered {status}")
+        models = advertised(body)
+        if models is None:
+            return ProbeOutcome(reason="ProbeFailed", message="GET /v1/models did not answer an OpenAI model list")
+        return ProbeOutcome(models=models)

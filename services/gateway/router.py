@@ -1,0 +1,416 @@
+"""The OpenAI-compatible router over InferencePoolMembers.
+
+    GET  /v1/models                      models that some ready member serves
+    POST /v1/chat/completions            streamed (SSE, chunk by chunk) or not
+    POST /v1/completions
+    GET  /v1/chat/agents/operator        supports_multi_conversation: AND over every member, read live
+
+A request goes to a ready member (probed healthy for its current spec, not draining, not
+failed since its last probe, advertising the model) with the fewest requests in flight.
+Errors are OpenAI-shaped: 400 malformed, 404 unknown model, 413 over the context window
+(estimated, the estimate stated), 503 when no member can take it. A member that fails before
+answering is marked failed, re-probed, and the request retried once on another member.
+
+The HTTP server is an asyncio protocol over httptools (the parser uvicorn uses): the router's
+cost is per-request overhead, so it avoids a framework's (docs/router.md has the figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+import httptools
+import msgspec
+
+from contracts.subjects import Key
+from services.gateway import decide, echo
+from services.gateway.projection import Member, Members
+from services.gateway.upstream import BeforeResponse, Connection, Endpoint, UpstreamError, UpstreamPool
+
+log = logging.getLogger("jetway.router")
+MAX_BODY = 16 * 1024 * 1024
+RESPONSE_TIMEOUT = 600.0  # a long generation may think for minutes before its first token
+HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"proxy-connection", b"te", b"trailer", b"upgrade"}
+FORWARDED_REQUEST_HEADERS = {b"accept", b"user-agent", b"x-request-id", b"openai-organization"}
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def openai_error(status: int, message: str, kind: str, code: str, param: str | None = None) -> tuple[int, bytes]:
+    return status, _encode({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[bytes, bytes]
+    body: bytes
+    keep_alive: bool
+
+
+@dataclass
+class Routes:
+    """What the router needs from the gateway service, and nothing more."""
+
+    members: Members
+    credentials: Callable[[Key], tuple[Endpoint, str] | None]  # the endpoint and bearer token the last probe resolved
+    on_failure: Callable[[Key, str], None]  # mark a member failed and ask for a probe
+    signal: Any = None  # services.gateway.signal.SignalClient for operator-signal members
+    pool: UpstreamPool = field(default_factory=UpstreamPool)
+    turn: int = 0
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection: parse requests, run them one at a time, write responses."""
+
+    def __init__(self, routes: Routes) -> None:
+        self.routes = routes
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: deque[Request] = deque()
+        self.busy = False
+        self.closed = False
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._body: list[bytes] = []
+        self._size = 0
+        self._too_large = False
+        # response state
+        self.chunked = False
+        self.keep_alive = True
+        self.head_sent = False
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.upstream: Connection | None = None
+
+    # --- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._reject(400, "protocol upgrades are not supported")
+        except httptools.HttpParserError:
+            self._reject(400, "malformed HTTP request")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.writable.set()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()  # the client left: stop the generation it asked for
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+        if self.upstream is not None:
+            self.upstream.resume()
+
+    # --- httptools callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._body, self._size, self._too_large = b"", {}, [], 0, False
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+            self._too_large = True
+        elif self._headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > MAX_BODY:
+            self._too_large = True
+        elif not self._too_large:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._too_large:
+            self._reject(413, f"request body larger than {MAX_BODY // (1024 * 1024)} MiB")
+            return
+        path = self._url.split(b"?", 1)[0].decode("latin-1")
+        request = Request(self.parser.get_method().decode(), path, self._headers, b"".join(self._body), self.parser.should_keep_alive())
+        self.queue.append(request)
+        if not self.busy:
+            self.busy = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+            asyncio.get_running_loop().create_task(self._serve())
+
+    # --- serving ---------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        while self.queue and not self.closed:
+            request = self.queue.popleft()
+            self.chunked, self.head_sent, self.keep_alive = False, False, request.keep_alive
+            try:
+                await route(self, request)
+            except Exception:  # a bug: answer 500 if we still can, never hang the client
+                log.exception("router request failed", extra={"path": request.path})
+                if not self.head_sent:
+                    self.respond(*openai_error(500, "internal router error", "server_error", "internal_error"))
+                else:
+                    self.abort()
+            if not self.keep_alive:
+                self.close()
+                return
+        self.busy = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def _reject(self, status: int, message: str) -> None:
+        self.keep_alive = False
+        self.respond(*openai_error(status, message, "invalid_request_error", "bad_request"))
+        self.close()
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None) -> None:
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Status"))]
+        lines += [name + b": " + value + b"\r\n" for name, value in headers]
+        if length is None:
+            self.chunked = True
+            lines.append(b"transfer-encoding: chunked\r\n")
+        else:
+            lines.append(b"content-length: %d\r\n" % length)
+        if not self.keep_alive:
+            lines.append(b"connection: close\r\n")
+        lines.append(b"\r\n")
+        self.head_sent = True
+        if self.transport is not None and not self.closed:
+            self.transport.write(b"".join(lines))
+
+    def write(self, chunk: bytes) -> None:
+        if self.transport is None or self.closed or not chunk:
+            return
+        if self.chunked:
+            self.transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        else:
+            self.transport.write(chunk)
+
+    def end(self) -> None:
+        if self.chunked and self.transport is not None and not self.closed:
+            self.transport.write(b"0\r\n\r\n")
+
+    def respond(
+        self, status: int, body: bytes, content_type: bytes = b"application/json", extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.start(status, [(b"content-type", content_type), *(extra or [])], len(body))
+        self.write(body)
+
+    def abort(self) -> None:
+        self.keep_alive = False
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
+
+
+class Relay:
+    """An upstream response passed to the client as it arrives: no buffering, with backpressure."""
+
+    def __init__(self, client: HttpConnection, member: str) -> None:
+        self.client = client
+        self.member = member.encode()
+        self.connection: Connection | None = None
+        self.pending: list[bytes] = []  # body chunks of the current read, written together by flush()
+
+    def attach(self, connection: Connection) -> None:
+        self.connection = connection
+        self.client.upstream = connection
+
+    def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        kept = [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP]
+        length = next((int(v) for n, v in headers if n.lower() == b"content-length" and v.isdigit()), None)
+        self.client.start(status, [*kept, (b"x-jetway-member", self.member)], length)
+
+    def body(self, chunk: bytes) -> None:
+        self.pending.append(chunk)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.client.write(b"".join(self.pending) if len(self.pending) > 1 else self.pending[0])
+            self.pending = []
+        if not self.client.writable.is_set() and self.connection is not None:
+            self.connection.pause()  # the client reads slower than the upstream writes
+
+    def done(self) -> None:
+        self.flush()
+        self.client.end()
+        self.client.upstream = None
+
+
+async def route(client: HttpConnection, request: Request) -> None:
+    routes: Routes = client.routes
+    path, method = request.path.rstrip("/") or "/", request.method
+    if path in ("/v1/chat/completions", "/v1/completions"):
+        if method != "POST":
+            client.respond(*openai_error(405, f"{path} accepts POST", "invalid_request_error", "method_not_allowed"))
+            return
+        await complete(client, request, chat=path == "/v1/chat/completions")
+    elif path == "/v1/models" and method == "GET":
+        client.respond(200, models(routes))
+    elif path == "/v1/chat/agents/operator" and method == "GET":
+        supports = all((m.spec.traits.supportsMultiConversation if m.spec.traits else True) for m in routes.members.items.values())
+        client.respond(200, _encode({"id": "operator", "supports_multi_conversation": supports}))
+    elif path in ("/healthz", "/livez", "/readyz") and method == "GET":
+        client.respond(200, b'{"ok":true}')
+    else:
+        client.respond(*openai_error(404, f"no route {method} {request.path}", "invalid_request_error", "not_found"))
+
+
+def models(routes: Routes) -> bytes:
+    served: dict[str, list[str]] = {}
+    for member in routes.members.items.values():
+        traffic = routes.members.traffic_of(member.key)
+        for model in member.declared:
+            if decide.serves(member, model, traffic):
+                served.setdefault(model, []).append(member.name)
+    data = [
+        {"id": model, "object": "model", "created": 0, "owned_by": "jetway", "members": sorted(names)}
+        for model, names in sorted(served.items())
+    ]
+    return _encode({"object": "list", "data": data})
+
+
+def _bad(message: str, param: str | None = None) -> tuple[int, bytes]:
+    return openai_error(400, message, "invalid_request_error", "invalid_request", param)
+
+
+async def complete(client: HttpConnection, request: Request, *, chat: bool) -> None:
+    routes = client.routes
+    try:
+        body = _decode(request.body) if request.body else None
+    except msgspec.DecodeError as exc:
+        client.respond(*_bad(f"the request body is not valid JSON: {exc}"))
+        return
+    if not isinstance(body, dict):
+        client.respond(*_bad("the request body must be a JSON object"))
+        return
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        client.respond(*_bad("'model' is required and must be a string", "model"))
+        return
+    if chat and not isinstance(body.get("messages"), list):
+        client.respond(*_bad("'messages' is required and must be a list", "messages"))
+        return
+    if not chat and not isinstance(body.get("prompt"), str | list):
+        client.respond(*_bad("'prompt' is required and must be a string or a list", "prompt"))
+        return
+    stream = body.get("stream") is True
+    members = routes.members
+    found = decide.candidates(members.items.values(), model, members.traffic)
+    if not found.declared:
+        client.respond(
+            *openai_error(
+                404,
+                f"the model {model!r} does not exist (no member declares it; GET /v1/models lists them)",
+                "invalid_request_error",
+                "model_not_found",
+                "model",
+            )
+        )
+        return
+    needed = decide.estimate(body, chat)
+    fitting = [m for m in found.ready if decide.fits(m, model, needed)]
+    if found.ready and not fitting:
+        windows = [w for m in found.ready if (w := m.window(model))]
+        client.respond(
+            *openai_error(
+                413,
+                decide.too_large_message(model, needed, windows),
+                "invalid_request_error",
+                "context_length_exceeded",
+                "messages" if chat else "prompt",
+            )
+        )
+        return
+    tried: set[Key] = set()
+    last_error = "no member is ready (all unhealthy, draining or not yet probed)"
+    for _ in range(2):
+        ready = [m for m in fitting if m.key not in tried]
+        if not ready:
+            break
+        member = decide.pick(ready, members.traffic, routes.turn)
+        routes.turn += 1
+        tried.add(member.key)
+        traffic = members.traffic_of(member.key)
+        traffic.outstanding += 1
+        try:
+            await forward(client, request, member, body, model, chat=chat, stream=stream)
+            return
+        except BeforeResponse as exc:
+            last_error = f"member {member.name}: {exc}"
+            if not client.closed:
+                routes.on_failure(member.key, str(exc))
+        except UpstreamError as exc:  # failed after the client got bytes: nothing to retry
+            routes.on_failure(member.key, str(exc))
+            client.abort()
+            return
+        finally:
+            traffic.outstanding -= 1
+    client.respond(
+        *openai_error(503, f"no member can take a request for {model!r} now: {last_error}", "server_error", "upstream_unavailable"),
+        extra=[(b"retry-after", b"1")],
+    )
+
+
+async def forward(
+    client: HttpConnection, request: Request, member: Member, body: dict[str, Any], model: str, *, chat: bool, stream: bool
+) -> None:
+    routes = client.routes
+    name = member.name.encode()
+    if member.spec.backend == "echo":
+        if stream:
+            client.start(200, [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-jetway-member", name)], None)
+            for event in echo.stream(body, model, chat):
+                client.write(event)
+            client.end()
+        else:
+            client.respond(200, echo.answer(body, model, chat), extra=[(b"x-jetway-member", name)])
+        return
+    headers = [(b"content-type", b"application/json")] + [(n, v) for n, v in request.headers.items() if n in FORWARDED_REQUEST_HEADERS]
+    relay = Relay(client, member.name)
+    if member.spec.transport == "operator-signal":
+        if routes.signal is None:
+            raise BeforeResponse("operator-signal transport is not available")
+        await routes.signal.forward(member.spec.computeOperatorRef or "", request.method, request.path, headers, request.body, relay)
+        return
+    resolved = routes.credentials(member.key)
+    if resolved is None:
+        raise BeforeResponse("not probed yet")
+    endpoint, token = resolved
+    if token:
+        headers.append((b"authorization", b"Bearer " + token.encode()))
+    try:
+        await routes.pool.send(endpoint, request.method, request.path, headers, request.body, relay, response_timeout=RESPONSE_TIMEOUT)
+    finally:
+        client.upstream = None
+
+
+async def serve(routes: Routes, host: str, port: int) -> tuple[asyncio.Server, int]:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: HttpConnection(routes), host, port, reuse_address=True, backlog=1024)
+    bound = server.sockets[0].getsockname()[1]
+    return server, int(bound)

@@ -1,0 +1,5 @@
+import asyncio
+
+from services.watcher.main import main
+
+asyncio.run(main())

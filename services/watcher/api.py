@@ -1,0 +1,199 @@
+"""The apply API: the Airdress operator's resource plane, for every Jetway kind.
+
+    POST   /v1/apply[?dry-run=true]              one manifest, JSON or YAML
+    GET    /v1/kinds                              kinds with their summary condition types
+    GET    /v1/kinds/{kind}[?namespace=NS]        {kind, items: [ResourceView]}
+    GET    /v1/kinds/{kind}/{name}[?namespace=NS] ResourceView
+    GET    /v1/kinds/{kind}/{name}/status         {kind, name, generation, observed_generation, phase, conditions, last_reconciled_at}
+    DELETE /v1/kinds/{kind}/{name}                {kind, name, action: deleted|noop}
+
+Every route but /healthz wants `Authorization: Bearer <token>` (401 otherwise). Bad input is
+400 `{error, path, errors: [{path, message}]}` with the words of `jetway validate`; a stale
+`resourceVersion` is 409; nothing a client sends yields a 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from contracts.kinds import KINDS, KindInfo, resolve_kind
+from contracts.problems import Problem
+from contracts.subjects import Key
+from services.watcher.handlers import Refused, WatcherService
+
+log = logging.getLogger("jetway.api")
+MAX_BODY = 4 * 1024 * 1024
+JSON_TYPES = ("application/json", "")
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error(status: int, message: str, *, code: str, path: str | None = None, problems: list[Problem] | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message, "code": code}
+    if path is not None:
+        body["path"] = path
+    if problems is not None:
+        body["errors"] = [{"path": p.path, "message": p.message} for p in problems]
+    return web.json_response(body, status=status)
+
+
+def refusal(refused: Refused) -> web.Response:
+    first = refused.problems[0]
+    if refused.status == 409:
+        return error(409, first.message, code="conflict", path=first.path)
+    return error(400, first.message, code="invalid_manifest", path=first.path, problems=refused.problems)
+
+
+def build_app(watcher: WatcherService, token: str) -> web.Application:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path != "/healthz":
+            header = request.headers.get("Authorization", "")
+            given = header[7:] if header.startswith("Bearer ") else ""
+            if not given or not hmac.compare_digest(given.encode(), token.encode()):
+                return error(401, "missing or invalid bearer token (jetway.json has it)", code="unauthorized")
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status == 413:
+                return error(413, f"manifest larger than {MAX_BODY // (1024 * 1024)} MiB", code="too_large")
+            if exc.status == 405:
+                return error(405, f"{request.method} is not allowed on {request.path}", code="method_not_allowed")
+            if exc.status == 404:
+                return error(404, f"no route {request.path}", code="not_found")
+            raise
+        except Exception:  # a bug, not bad input: say so without internals
+            log.exception("request failed", extra={"path": request.path})
+            return error(500, "internal error; see the server log", code="internal")
+
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+
+    def kind_or_404(request: web.Request) -> KindInfo | web.Response:
+        info = resolve_kind(request.match_info["kind"])
+        if info is None:
+            return error(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
+        return info
+
+    def key_of(request: web.Request, info: KindInfo) -> Key:
+        namespace = (request.query.get("namespace") or "default") if info.namespaced else ""
+        return Key(info.kind, namespace, request.match_info["name"])
+
+    async def apply(request: web.Request) -> web.Response:
+        dry_run = request.query.get("dry-run", request.query.get("dryRun", "")).lower() in ("true", "1", "all")
+        raw = await request.read()
+        content_type = request.content_type if request.headers.get("Content-Type") else ""
+        try:
+            if content_type in YAML_TYPES:
+                documents = [d for d in yaml.safe_load_all(raw.decode("utf-8")) if d is not None]
+                if len(documents) != 1:
+                    return error(400, f"one manifest per request (got {len(documents)})", code="invalid_manifest", path="")
+                doc = documents[0]
+            elif content_type in JSON_TYPES or content_type.endswith("+json"):
+                doc = json.loads(raw)
+            else:
+                return error(
+                    415,
+                    f"unsupported content type {content_type!r}; send application/json or application/yaml",
+                    code="unsupported_media_type",
+                )
+        except (ValueError, yaml.YAMLError) as exc:
+            detail = str(exc).splitlines()[0]
+            return error(400, f"cannot parse the manifest: {detail}", code="invalid_manifest", path="")
+        outcome = await watcher.apply(doc, dry_run=dry_run)
+        if isinstance(outcome, Refused):
+            return refusal(outcome)
+        plan, verdict = outcome
+        body = {
+            "kind": plan.key.kind,
+            "name": plan.key.name,
+            "action": plan.action,
+            "generation": plan.generation,
+            "previous_generation": plan.previous_generation,
+            "resource_version": plan.expected_seq,
+        }
+        if KINDS[plan.key.kind].namespaced:
+            body["namespace"] = plan.key.namespace
+        if verdict.warnings:
+            body["warnings"] = verdict.warnings
+        return web.json_response(body, status=201 if plan.action == "created" else 200)
+
+    async def kinds(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "kinds": [
+                    {
+                        "kind": i.kind,
+                        "api_version": i.api_version,
+                        "summary_condition_types": list(i.summary_condition_types),
+                        "namespaced": i.namespaced,
+                        "plural": i.plural,
+                        "short_names": list(i.short_names),
+                    }
+                    for i in KINDS.values()
+                ]
+            }
+        )
+
+    async def list_kind(request: web.Request) -> web.Response:
+        info = kind_or_404(request)
+        if isinstance(info, web.Response):
+            return info
+        wanted = request.query.get("namespace")
+        items = [watcher.state.view(s) for s in watcher.state.resources.of_kind(info.kind) if not wanted or s.key.namespace == wanted]
+        return web.json_response({"kind": info.kind, "items": items})
+
+    def find(request: web.Request) -> tuple[KindInfo, Any] | web.Response:
+        info = kind_or_404(request)
+        if isinstance(info, web.Response):
+            return info
+        key = key_of(request, info)
+        state = watcher.state.resources.items.get(key)
+        if state is None:
+            where = f" in namespace {key.namespace!r}" if key.namespace else ""
+            return error(404, f"{info.kind}/{key.name} not found{where}", code="not_found")
+        return info, state
+
+    async def get_one(request: web.Request) -> web.Response:
+        found = find(request)
+        return found if isinstance(found, web.Response) else web.json_response(watcher.state.view(found[1]))
+
+    async def get_status(request: web.Request) -> web.Response:
+        found = find(request)
+        return found if isinstance(found, web.Response) else web.json_response(watcher.state.status_view(found[1]))
+
+    async def delete(request: web.Request) -> web.Response:
+        info = kind_or_404(request)
+        if isinstance(info, web.Response):
+            return info
+        outcome = await watcher.delete(key_of(request, info))
+        return web.json_response({"kind": info.kind, "name": outcome.key.name, "action": "deleted" if outcome.found else "noop"})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app.router.add_post("/v1/apply", apply)
+    app.router.add_get("/v1/kinds", kinds)
+    app.router.add_get("/v1/kinds/{kind}", list_kind)
+    app.router.add_get("/v1/kinds/{kind}/{name}", get_one)
+    app.router.add_get("/v1/kinds/{kind}/{name}/status", get_status)
+    app.router.add_delete("/v1/kinds/{kind}/{name}", delete)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start the API; returns the runner (to clean up) and the port it listens on."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server: Any = site._server
+    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port
+    return runner, int(bound)

@@ -1,0 +1,146 @@
+"""The gateway's pure decisions: health from probes, routability, balancing, token estimates, endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts.poolmember import InferencePoolMemberSpec
+from contracts.rules.urls import refused_address, url_host
+from contracts.subjects import Key
+from services.gateway import decide
+from services.gateway.decide import Estimate, ProbeOutcome
+from services.gateway.probe import advertised
+from services.gateway.projection import Member, Traffic
+from services.gateway.upstream import Endpoint
+
+
+def member(name: str = "a", models: list[dict[str, Any]] | None = None, generation: int = 1, **spec: Any) -> Member:
+    body = {"backend": "vllm-openai", "url": "http://h:8000", "models": models or [{"name": "m"}], **spec}
+    return Member(Key("InferencePoolMember", "", name), generation, InferencePoolMemberSpec.model_validate(body), needs_probe=False)
+
+
+def healthy(m: Member, models: tuple[str, ...] = ("m",)) -> Member:
+    m.health = decide.health(m, ProbeOutcome(models=models), "http-direct")
+    m.probed_generation = m.generation
+    return m
+
+
+def test_health_from_a_failed_probe() -> None:
+    decision = decide.health(member(), ProbeOutcome(reason="Unreachable", message="connect to h:8000: Connection refused"), "http-direct")
+    assert not decision.healthy and decision.status.phase == "Failed"
+    conditions = {c.type: c for c in decision.status.conditions}
+    assert (conditions["Healthy"].status, conditions["Healthy"].reason) == ("False", "Unreachable")
+    assert conditions["Healthy"].message == "connect to h:8000: Connection refused"
+    assert conditions["ModelsAdvertised"].status == "Unknown"
+
+
+def test_health_names_the_missing_models() -> None:
+    decision = decide.health(member(models=[{"name": "m"}, {"name": "x"}]), ProbeOutcome(models=("m", "extra")), "http-direct")
+    conditions = {c.type: c for c in decision.status.conditions}
+    assert decision.healthy and decision.missing == ("x",) and decision.status.phase == "Healthy"
+    assert conditions["ModelsAdvertised"].message == "declared models not advertised by the upstream: x"
+
+
+def test_same_health_ignores_nothing_but_transition_times() -> None:
+    m = member()
+    a = decide.health(m, ProbeOutcome(models=("m",)), "http-direct")
+    assert decide.same_health(a, decide.health(m, ProbeOutcome(models=("m",)), "http-direct"))
+    assert not decide.same_health(a, decide.health(m, ProbeOutcome(models=("m", "n")), "http-direct"))
+    assert not decide.same_health(a, decide.health(member(generation=2), ProbeOutcome(models=("m",)), "http-direct"))
+    assert not decide.same_health(None, a)
+
+
+@pytest.mark.parametrize(
+    ("change", "routable"),
+    [
+        ({}, True),
+        ({"draining": True}, False),
+        ({"needs_probe": True}, False),
+        ({"failed": True}, False),
+        ({"unhealthy": True}, False),
+        ({"not_advertised": True}, False),
+    ],
+)
+def test_serves(change: dict[str, bool], routable: bool) -> None:
+    m = healthy(member(draining=change.get("draining", False)), models=() if change.get("not_advertised") else ("m",))
+    if change.get("needs_probe"):
+        m.needs_probe = True
+    if change.get("unhealthy"):
+        m.health = decide.health(m, ProbeOutcome(reason="Unreachable"), "http-direct")
+    assert decide.serves(m, "m", Traffic(failed=change.get("failed", False))) is routable
+
+
+def test_echo_serves_what_it_declares() -> None:
+    m = member(backend="echo", url="")
+    m.health = decide.health(m, ProbeOutcome(models=m.declared), "http-direct")
+    assert decide.serves(m, "m", Traffic())
+
+
+def test_pick_least_outstanding_then_round_robin() -> None:
+    a, b, c = (healthy(member(n)) for n in "abc")
+    traffic = {a.key: Traffic(outstanding=2), b.key: Traffic(outstanding=1), c.key: Traffic(outstanding=1)}
+    assert [decide.pick([a, b, c], traffic, turn).name for turn in range(4)] == ["b", "c", "b", "c"]
+    traffic[a.key].outstanding = 0
+    assert decide.pick([a, b, c], traffic, 1).name == "a"
+
+
+def test_estimate_counts_characters_messages_and_max_tokens() -> None:
+    chat = {
+        "messages": [{"role": "system", "content": "x" * 8}, {"role": "user", "content": [{"type": "text", "text": "y" * 8}]}],
+        "max_tokens": 100,
+    }
+    assert decide.estimate(chat, chat=True) == Estimate(prompt=4 + 8, completion=100)
+    assert decide.estimate({"prompt": "abcde", "max_completion_tokens": 7}, chat=False) == Estimate(2, 7)
+    assert decide.estimate({"prompt": ["ab", "cd"], "max_tokens": True}, chat=False) == Estimate(1, 0)
+    m = member(models=[{"name": "m", "contextWindow": 20}])
+    assert decide.fits(m, "m", Estimate(10, 10)) and not decide.fits(m, "m", Estimate(10, 11))
+    assert decide.fits(member(models=[{"name": "m", "contextWindow": 0}]), "m", Estimate(10**6, 0)), "0 is no hint"
+
+
+def test_advertised_reads_openai_model_lists_only() -> None:
+    assert advertised(b'{"object":"list","data":[{"id":"a"},{"id":"b"},{"x":1}]}') == ("a", "b")
+    assert advertised(b'{"models": []}') is None
+    assert advertised(b"<html>") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://gpu:8000", ("gpu", 8000, False, "")),
+        ("https://gpu.lab", ("gpu.lab", 443, True, "")),
+        ("http://10.0.0.1:8000/v1", ("10.0.0.1", 8000, False, "")),
+        ("https://[fd00::1]:8443/openai/", ("fd00::1", 8443, True, "/openai")),
+    ],
+)
+def test_endpoint_parse(url: str, expected: tuple[Any, ...]) -> None:
+    endpoint = Endpoint.parse(url)
+    assert (endpoint.host, endpoint.port, endpoint.tls, endpoint.base_path) == expected
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("169.254.169.254", "cloud metadata"),
+        ("fd00:ec2::254", "cloud metadata"),
+        ("169.254.10.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("::ffff:169.254.169.254", "cloud metadata"),
+        ("0.0.0.0", "not a unicast"),
+        ("127.0.0.1", None),
+        ("10.1.2.3", None),
+        ("192.168.1.20", None),
+        ("gpu.lab", None),
+    ],
+)
+def test_dial_policy(address: str, refused: str | None) -> None:
+    why = refused_address(address)
+    assert (why is None) if refused is None else (why is not None and refused in why)
+    assert refused_address(address, allow_link_local=True) is None
+
+
+def test_url_host() -> None:
+    assert url_host("http://[fe80::1]:80/x") == "fe80::1"
+    assert url_host("https://169.254.169.254/latest") == "169.254.169.254"
+    assert url_host("http://h:1") == "h"

@@ -1,0 +1,107 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1, standing in for vLLM in tests.
+
+It records every request (path, Authorization header, body), can require a bearer token,
+can hold a stream open until the test releases it, and can be stopped abruptly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Seen:
+    path: str
+    authorization: str | None
+    body: dict[str, Any] | None
+
+
+@dataclass
+class FakeOpenAI:
+    name: str = "upstream"
+    models: list[str] = field(default_factory=lambda: ["m"])
+    token: str | None = None  # when set, requests without `Bearer <token>` get 401
+    tls: ssl.SSLContext | None = None
+    requests: list[Seen] = field(default_factory=list)
+    hold: asyncio.Event | None = None  # streams pause after their first chunk until this is set
+    models_status: int = 200
+    _runner: web.AppRunner | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def completions(self) -> list[Seen]:
+        return [r for r in self.requests if r.path != "/v1/models"]
+
+    def _authorized(self, request: web.Request) -> bool:
+        return self.token is None or request.headers.get("Authorization") == f"Bearer {self.token}"
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.requests.append(Seen(request.path, request.headers.get("Authorization"), None))
+        if not self._authorized(request):
+            return web.json_response({"error": {"message": "bad token"}}, status=401)
+        if self.models_status != 200:
+            return web.json_response({"error": {"message": "broken"}}, status=self.models_status)
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"} for m in self.models]})
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(Seen(request.path, request.headers.get("Authorization"), body))
+        if not self._authorized(request):
+            return web.json_response({"error": {"message": "bad token"}}, status=401)
+        chat = request.path.endswith("chat/completions")
+        text = body["messages"][-1]["content"] if chat else body.get("prompt", "")
+        reply = f"{self.name}: {text}"
+        if not body.get("stream"):
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
+                if chat
+                else {"index": 0, "text": reply, "finish_reason": "stop"}
+            )
+            return web.json_response(
+                {
+                    "id": "x",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": int(time.time()),
+                    "model": body["model"],
+                    "choices": [choice],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+            )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i, word in enumerate(reply.split(" ")):
+            delta = {"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]}
+            await response.write(f"data: {json.dumps(delta)}\n\n".encode())
+            if i == 0 and self.hold is not None:
+                await self.hold.wait()
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def start(self) -> FakeOpenAI:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_post("/v1/completions", self._complete)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

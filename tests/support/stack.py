@@ -1,0 +1,104 @@
+"""The standalone stack in-process: real NATS, the real watcher and gateway services, the apply
+API and the router on free ports of 127.0.0.1, a file secret store. What `jetway up` runs,
+minus the process around it (tests of `jetway up` itself run the command)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from runtime.bus import connect
+from runtime.secrets import FileSecrets
+from runtime.service import RunnerSettings
+from services.gateway import main as gateway_main
+from services.gateway import router
+from services.watcher import api
+from services.watcher import main as watcher_main
+
+SETTINGS = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
+
+
+@dataclass
+class Stack:
+    api_url: str
+    router_url: str
+    token: str
+    nats_url: str
+    secrets: FileSecrets
+    watcher: watcher_main.Watcher
+    gateway: gateway_main.Gateway
+    http: aiohttp.ClientSession
+
+    async def apply(
+        self, doc: Any, *, dry_run: bool = False, raw: bytes | None = None, content_type: str = "application/json"
+    ) -> tuple[int, dict[str, Any]]:
+        url = f"{self.api_url}/v1/apply" + ("?dry-run=true" if dry_run else "")
+        data = raw if raw is not None else None
+        kwargs: dict[str, Any] = (
+            {"data": data, "headers": {"Content-Type": content_type, **self.auth}}
+            if raw is not None
+            else {"json": doc, "headers": self.auth}
+        )
+        async with self.http.post(url, **kwargs) as response:
+            return response.status, await response.json()
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        async with self.http.get(f"{self.api_url}{path}", headers=self.auth) as response:
+            return response.status, await response.json()
+
+    async def delete(self, path: str) -> tuple[int, Any]:
+        async with self.http.delete(f"{self.api_url}{path}", headers=self.auth) as response:
+            return response.status, await response.json()
+
+    async def status(self, name: str, kind: str = "InferencePoolMember") -> dict[str, Any]:
+        code, body = await self.get(f"/v1/kinds/{kind}/{name}/status")
+        assert code == 200, body
+        return dict(body)
+
+    async def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        return next((c for c in (await self.status(name))["conditions"] if c["type"] == type_), None)
+
+    async def chat(self, model: str, content: str = "hello", **extra: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+        body = {"model": model, "messages": [{"role": "user", "content": content}], **extra}
+        async with self.http.post(f"{self.router_url}/chat/completions", json=body) as response:
+            return response.status, await response.json(content_type=None), dict(response.headers)
+
+    async def served(self, model: str) -> bool:
+        async with self.http.get(f"{self.router_url}/models") as response:
+            return any(m["id"] == model for m in (await response.json())["data"])
+
+
+@contextlib.asynccontextmanager
+async def running_stack(nats_url: str, directory: Path, *, probe_interval: float = 0.3) -> AsyncIterator[Stack]:
+    nc = await connect(nats_url, name="stack")
+    store = FileSecrets(directory / "secrets")
+    watcher = watcher_main.build(nc, settings=SETTINGS)
+    gateway = gateway_main.build(nc, store, probe_interval=probe_interval, settings=SETTINGS)
+    tasks = [asyncio.create_task(watcher.runner.run()), asyncio.create_task(gateway.runner.run())]
+    await asyncio.wait_for(asyncio.gather(watcher.runner.ready.wait(), gateway.runner.ready.wait()), 20)
+    token = secrets.token_urlsafe(16)
+    api_runner, api_port = await api.serve(api.build_app(watcher.service, token), "127.0.0.1", 0)
+    router_server, router_port = await router.serve(gateway.routes, "127.0.0.1", 0)
+    http = aiohttp.ClientSession()
+    try:
+        yield Stack(f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{router_port}/v1", token, nats_url, store, watcher, gateway, http)
+    finally:
+        await http.close()
+        router_server.close()
+        await api_runner.cleanup()
+        watcher.runner.stop()
+        gateway.runner.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
+        gateway.routes.pool.close()
+        await nc.close()
