@@ -204,17 +204,80 @@ def get(api: Api, kind: str | None, name: str | None, *, namespace: str | None, 
     if not items:
         print(f"(no {info.kind} resources)", file=out)
         return OK
-    first = f"{'NAMESPACE':<16}" if info.namespaced else ""
-    print(f"{first}{'NAME':<32}{'GEN':>4} {'OBS':>4} {'RV':>7}  {'PHASE':<12}{'AGE':>5}", file=out)
-    for view in items:
-        meta = view["metadata"]
-        observed = meta.get("observed_generation")
-        column = f"{meta.get('namespace', ''):<16}" if info.namespaced else ""
-        print(
-            f"{column}{meta['name']:<32}{meta['generation']:>4} {observed if observed is not None else '—':>4} "
-            f"{meta['resourceVersion']:>7}  {view['status'].get('phase', ''):<12}{_age(meta.get('created_at')):>5}",
-            file=out,
-        )
+    columns = COLUMNS.get(info.kind, COLUMNS["InferencePoolMember"])
+    headers = (["NAMESPACE"] if info.namespaced else []) + [c[0] for c in columns]
+    rows = [([v["metadata"].get("namespace", "")] if info.namespaced else []) + [str(c[1](v)) for c in columns] for v in items]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    for row in [headers, *rows]:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip(), file=out)
+    return OK
+
+
+def _condition(view: dict[str, Any], type_: str) -> str:
+    return next((c["status"] for c in view["status"].get("conditions", []) if c["type"] == type_), "—")
+
+
+def _observed(view: dict[str, Any]) -> str:
+    observed = view["metadata"].get("observed_generation")
+    return "—" if observed is None else str(observed)
+
+
+COLUMNS: dict[str, list[tuple[str, Any]]] = {
+    "InferencePoolMember": [
+        ("NAME", lambda v: v["metadata"]["name"]),
+        ("GEN", lambda v: v["metadata"]["generation"]),
+        ("OBS", _observed),
+        ("RV", lambda v: v["metadata"]["resourceVersion"]),
+        ("PHASE", lambda v: v["status"].get("phase", "")),
+        ("AGE", lambda v: _age(v["metadata"].get("created_at"))),
+    ],
+    "ModelDeployment": [
+        ("NAME", lambda v: v["metadata"]["name"]),
+        ("PHASE", lambda v: v["status"].get("phase", "")),
+        ("PROVIDER", lambda v: v["status"].get("provider", {}).get("name", "—")),
+        ("ENGINE", lambda v: v["status"].get("engine", {}).get("type", "—")),
+        ("READY", lambda v: v["status"].get("replicas", {}).get("ready", 0)),
+        ("GEN", lambda v: v["metadata"]["generation"]),
+        ("OBS", _observed),
+        ("AGE", lambda v: _age(v["metadata"].get("created_at"))),
+    ],
+    "InferenceProviderConfig": [
+        ("NAME", lambda v: v["metadata"]["name"]),
+        ("READY", lambda v: str(v["status"].get("ready", "—")).lower()),
+        ("VERSION", lambda v: v["status"].get("version", "—")),
+        ("GEN", lambda v: v["metadata"]["generation"]),
+        ("AGE", lambda v: _age(v["metadata"].get("created_at"))),
+    ],
+    "AgentProviderConfig": [
+        ("NAME", lambda v: v["metadata"]["name"]),
+        ("READY", lambda v: str(v["status"].get("ready", "—")).lower()),
+        ("BACKEND", lambda v: v["spec"]["capabilities"]["backend"]),
+        ("GEN", lambda v: v["metadata"]["generation"]),
+        ("AGE", lambda v: _age(v["metadata"].get("created_at"))),
+    ],
+    "AgentDeployment": [
+        ("NAME", lambda v: v["metadata"]["name"]),
+        ("FRAMEWORK", lambda v: v["spec"]["framework"]["name"]),
+        ("PHASE", lambda v: v["status"].get("phase", "")),
+        ("READY", lambda v: _condition(v, "Ready")),
+        ("GEN", lambda v: v["metadata"]["generation"]),
+        ("AGE", lambda v: _age(v["metadata"].get("created_at"))),
+    ],
+}
+
+
+def objects(api: Api, kind: str, name: str, *, namespace: str | None, out: TextIO = sys.stdout) -> int:
+    """The objects the running Jetway recorded for a resource, as a YAML stream."""
+    info = parse_kind(kind)
+    query = f"?namespace={urllib.parse.quote(namespace)}" if namespace else ""
+    found = api.call("GET", f"/v1/kinds/{info.kind}/{urllib.parse.quote(name, safe='')}/objects{query}", what="read objects")
+    for owner, items in found["objects"].items():
+        print(f"# recorded by the {owner} service", file=out)
+        for item in items:
+            print("---", file=out)
+            print(yaml.safe_dump(item, sort_keys=False), end="", file=out)
+    if not found["objects"]:
+        print(f"# nothing recorded for {info.kind}/{name} yet", file=out)
     return OK
 
 

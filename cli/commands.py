@@ -60,6 +60,16 @@ def _api_call(args: argparse.Namespace, action: Any) -> int:
         return client.USAGE
 
 
+def render_recorded(args: argparse.Namespace) -> int:
+    from cli import client
+
+    kind, _, name = args.ref.partition("/")
+    if not name:
+        print("error: expected md/NAME", file=sys.stderr)
+        return client.USAGE
+    return _api_call(args, lambda api: client.objects(api, kind, name, namespace=args.namespace))
+
+
 def _up(args: argparse.Namespace) -> int:
     from cli import up
 

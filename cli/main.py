@@ -27,6 +27,22 @@ def _generate(args: argparse.Namespace) -> int:
     return generate.run()
 
 
+def _render(args: argparse.Namespace) -> int:
+    from cli import render
+
+    if args.filename and args.ref:
+        print("error: give -f FILE (offline) or md/NAME (from the running Jetway), not both", file=sys.stderr)
+        return 2
+    if args.filename:
+        return render.run(args.filename, args.providers)
+    if not args.ref:
+        print("error: render needs -f FILE or md/NAME", file=sys.stderr)
+        return 2
+    from cli import commands
+
+    return commands.render_recorded(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetway",
@@ -50,6 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="regenerate contracts/schemas and deploy/crds from the models")
     p.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
     p.set_defaults(handler=_generate)
+
+    p = sub.add_parser("render", help="the Kubernetes objects Jetway would create: offline from -f, or recorded for md/NAME")
+    p.add_argument("ref", nargs="?", metavar="md/NAME", help="a deployment of the running Jetway (its recorded objects)")
+    p.add_argument("-f", "--filename", action="append", metavar="FILE", help="manifests to render offline (no NATS needed)")
+    p.add_argument(
+        "--providers",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="InferenceProviderConfigs to select among (default: the built-in five)",
+    )
+    p.add_argument("-n", "--namespace")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_render)
 
     from cli import commands
 

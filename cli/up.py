@@ -26,6 +26,7 @@ from runtime.natsserver import NatsServer, NatsServerError
 from runtime.process import settle_heap
 from runtime.secrets import FileSecrets
 from runtime.service import Runner
+from services import pipeline
 from services.gateway import main as gateway_main
 from services.gateway import router
 from services.watcher import api
@@ -145,7 +146,7 @@ async def up(options: Options) -> int:
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
     gateway = gateway_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
-    runners: list[Runner] = [watcher.runner, gateway.runner]
+    runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc)]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
     api_runner = router_server = None
     try:
@@ -170,7 +171,7 @@ async def up(options: Options) -> int:
             api_url=f"http://{HOST}:{api_port}", router_url=f"http://{HOST}:{router_port}/v1", token=token, nats_url=nats.url
         )
         path = config.write(directory)
-        resources = len(watcher.service.state.resources.items)
+        resources = watcher.service.rebuilt_count
         say(f"NATS JetStream {nats.url} (store {directory / 'nats'}, sync_interval {nats.sync_interval})")
         say(f"apply API {config.api_url} (bearer token in {path})")
         say(f"router {config.router_url} (OpenAI-compatible: /v1/models, /v1/chat/completions, /v1/completions)")

@@ -163,3 +163,22 @@ __all__ = [
     "field_path",
     "placeholders",
 ]
+
+
+def stored(
+    kind: str,
+    name: str,
+    namespace: str,
+    spec: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> WireModel:
+    """The typed object of a stored desired state (already admitted: parsed, not re-checked)."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return KINDS[kind].model.model_validate({"metadata": meta, "spec": spec})

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
-from contracts.events import StatusCondition
+import msgspec
+
+from contracts.events import Decision, StatusCondition
+
+D = TypeVar("D", bound=Decision)
 
 
 def now_rfc3339() -> str:
@@ -42,3 +47,24 @@ def same_conditions(a: Iterable[StatusCondition], b: Iterable[StatusCondition]) 
         return sorted((c.type, c.status, c.reason, c.message, c.observedGeneration) for c in conditions)
 
     return strip(a) == strip(b)
+
+
+def carried(new: D, old: Decision | None) -> D:
+    """`new` with transition times kept from `old` where a condition's status did not flip."""
+    previous = old.status.conditions if old is not None else ()
+    status = msgspec.structs.replace(new.status, conditions=carry_transitions(new.status.conditions, previous))
+    return msgspec.structs.replace(new, status=status)
+
+
+def same_decision(new: Decision, old: Decision | None) -> bool:
+    """Whether recording `new` after `old` would tell anyone anything new (transition times aside)."""
+    if old is None or type(new) is not type(old):
+        return False
+
+    def plain(decision: Decision) -> Any:
+        data = msgspec.to_builtins(decision)
+        for condition in data.get("status", {}).get("conditions", []):
+            condition.pop("lastTransitionTime", None)
+        return data
+
+    return bool(plain(new) == plain(old))

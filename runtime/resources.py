@@ -19,6 +19,7 @@ from contracts.subjects import SPEC, Key
 
 # Whose phase wins when several owners report one (Failed from anyone wins over all).
 PHASE_OWNERS = ("workload", "binding", "gateway", "storage", "selector")
+PHASED_KINDS = ("ModelDeployment", "AgentDeployment", "InferencePoolMember")
 
 
 def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
@@ -101,10 +102,12 @@ class ResourceState:
             decision = self.decision(owner)
             if decision is not None:
                 _merge(fields, decision.status.fields)
-        phase, message = self.phase()
-        status: dict[str, Any] = {"phase": phase, **fields}
-        if message:
-            status["message"] = message
+        status: dict[str, Any] = dict(fields)
+        if self.key.kind in PHASED_KINDS:
+            phase, message = self.phase()
+            status = {"phase": phase, **fields}
+            if message:
+                status["message"] = message
         conditions = self.conditions()
         if conditions:
             status["conditions"] = [condition_dict(c) for c in conditions]

@@ -73,6 +73,9 @@ class Service:
     async def alongside(self, runner: Runner) -> None:
         """Duties that run beside the consumer (probes, servers); cancelled on stop."""
 
+    def rebuilt(self) -> None:
+        """Called once the projection is rebuilt from the stream, before anything is reconciled."""
+
 
 @dataclass(frozen=True)
 class RunnerSettings:
@@ -362,6 +365,7 @@ class Runner:
         """Rebuild, reconcile what is known, then consume until `stop()`."""
         await ensure_streams(self.js, self.settings.streams)
         last = await self.rebuild()
+        self.service.rebuilt()
         psub = await self._consumer(last)
         telemetry.register_lag(self.service.name, lambda: self.lag)
         await self.reconcile_all()

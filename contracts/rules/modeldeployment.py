@@ -136,7 +136,7 @@ def check(md: ModelDeployment, *, creating: bool = True) -> tuple[list[Problem],
             warnings.append("trustRemoteCode=true allows execution of arbitrary code from HuggingFace")
         if engine.type == "trtllm" and engine.contextLength is not None:
             warnings.append("contextLength is ignored for TensorRT-LLM (must be configured at engine build time)")
-    problems += _check_storage(md, warnings)
+    problems += check_storage(md, warnings)
     if spec.provider and spec.provider.overrides is not None:
         problems += check_overrides(spec.provider.overrides, ["spec", "provider", "overrides"])
     problems += _check_serving(md, warnings)
@@ -195,7 +195,7 @@ def reserved_vllm_flags(md: ModelDeployment) -> list[Problem]:
     return problems
 
 
-def _check_storage(md: ModelDeployment, warnings: list[str]) -> list[Problem]:
+def check_storage(md: ModelDeployment, warnings: list[str]) -> list[Problem]:
     problems: list[Problem] = []
     volumes = volumes_of(md)
     base: list[PathPart] = ["spec", "model", "storage", "volumes"]

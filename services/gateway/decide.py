@@ -80,22 +80,6 @@ def health(member: Member, outcome: ProbeOutcome, transport: str) -> MemberHealt
     )
 
 
-def same_health(a: MemberHealthChanged | None, b: MemberHealthChanged) -> bool:
-    """Whether recording `b` after `a` would tell anyone anything new."""
-    if a is None:
-        return False
-    strip = [(c.type, c.status, c.reason, c.message, c.observedGeneration) for c in b.status.conditions]
-    return (a.generation, a.healthy, a.reason, a.advertised, a.missing, a.transport, a.status.phase) == (
-        b.generation,
-        b.healthy,
-        b.reason,
-        b.advertised,
-        b.missing,
-        b.transport,
-        b.status.phase,
-    ) and strip == [(c.type, c.status, c.reason, c.message, c.observedGeneration) for c in a.status.conditions]
-
-
 def serves(member: Member, model: str, traffic: Traffic) -> bool:
     """Whether a member may take a new request for `model` now."""
     health_now = member.health

@@ -6,9 +6,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-import msgspec
-
-from contracts.conditions import carry_transitions
+from contracts.conditions import carried, same_decision
 from contracts.events import Envelope
 from contracts.gateway import PROBE_SIGNALS, probe_signal
 from contracts.subjects import Key, kind_filter
@@ -49,12 +47,9 @@ class GatewayService(Service):
         outcome, transport = await self.prober.probe(member)
         if outcome.models is not None:
             self.members.traffic_of(key).failed = False
-        decision = decide.health(member, outcome, transport)
-        previous = member.health.status.conditions if member.health is not None else ()
-        status = msgspec.structs.replace(decision.status, conditions=carry_transitions(decision.status.conditions, previous))
-        decision = msgspec.structs.replace(decision, status=status)
+        decision = carried(decide.health(member, outcome, transport), member.health)
         await effects.runner.nc.publish(PROBE_SIGNALS, probe_signal(key.subject()))
-        if not decide.same_health(member.health, decision):
+        if not same_decision(decision, member.health):
             await effects.emit(key, decision)
 
     def member_failed(self, key: Key, reason: str) -> None:

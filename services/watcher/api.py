@@ -168,6 +168,18 @@ def build_app(watcher: WatcherService, token: str) -> web.Application:
         found = find(request)
         return found if isinstance(found, web.Response) else web.json_response(watcher.state.status_view(found[1]))
 
+    async def get_objects(request: web.Request) -> web.Response:
+        found = find(request)
+        if isinstance(found, web.Response):
+            return found
+        state = found[1]
+        objects = {
+            owner: list(getattr(envelope.event, "objects", ()) or ())
+            for owner, envelope in sorted(state.decisions.items())
+            if getattr(envelope.event, "objects", None)
+        }
+        return web.json_response({"kind": state.key.kind, "name": state.key.name, "objects": objects})
+
     async def delete(request: web.Request) -> web.Response:
         info = kind_or_404(request)
         if isinstance(info, web.Response):
@@ -183,6 +195,7 @@ def build_app(watcher: WatcherService, token: str) -> web.Application:
     app.router.add_get("/v1/kinds/{kind}", list_kind)
     app.router.add_get("/v1/kinds/{kind}/{name}", get_one)
     app.router.add_get("/v1/kinds/{kind}/{name}/status", get_status)
+    app.router.add_get("/v1/kinds/{kind}/{name}/objects", get_objects)
     app.router.add_delete("/v1/kinds/{kind}/{name}", delete)
     app.router.add_get("/healthz", healthz)
     return app

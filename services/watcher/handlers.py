@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from contracts.admission import Admission, admit
-from contracts.events import Envelope, ResourceDeleted
+from contracts.events import Envelope, ResourceDeleted, StatusReported, StatusSlice
 from contracts.gateway import PROBE_SIGNALS, ProbeSignal
 from contracts.kinds import KINDS
 from contracts.meta import WireModel
@@ -27,6 +27,8 @@ from services.watcher.apply import Plan, Stale, key_of, plan
 from services.watcher.projection import WatcherState
 
 log = logging.getLogger("jetway.watcher")
+REPORTED = "reported"  # the facet of a status a provider config was applied with
+REPORTING_KINDS = ("InferenceProviderConfig", "AgentProviderConfig")
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,13 @@ class WatcherService(Service):
         self.allow_link_local = allow_link_local
         self.runner: Runner | None = None
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
-        self.api_task: Any = None
+        self.rebuilt_count = 0
 
     def fold(self, envelope: Envelope) -> None:
         self.state.resources.fold(envelope)
+
+    def rebuilt(self) -> None:
+        self.rebuilt_count = len(self.state.resources.items)
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         return ()  # standalone, the watcher has nothing to reconcile: it only answers questions
@@ -97,6 +102,11 @@ class WatcherService(Service):
                 if isinstance(decision, Stale):
                     return Refused(409, [Problem(path="metadata.resourceVersion", message=decision.message)])
                 if decision.event is None:
+                    reported = await self._record_reported_status(decision.key, doc, dry_run)
+                    if reported and decision.action == "unchanged":
+                        decision = Plan(
+                            decision.key, "configured", decision.generation, decision.previous_generation, None, decision.expected_seq
+                        )
                     return decision, verdict
                 subject = decision.key.subject(SPEC)
                 try:
@@ -106,12 +116,31 @@ class WatcherService(Service):
                     await self.runner.refresh(subject)
                     continue
                 self.runner.fold(stored)
+                await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
                 return Plan(
                     decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq
                 ), verdict
             return Refused(
                 409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
             )
+
+    async def _record_reported_status(self, key: Key, doc: Any, dry_run: bool) -> bool:
+        """Providers report their own readiness: the `status` of an applied provider config is recorded as theirs."""
+        assert self.runner is not None
+        status = doc.get("status") if isinstance(doc, dict) else None
+        if key.kind not in REPORTING_KINDS or not isinstance(status, dict) or dry_run:
+            return False
+        fields = {k: v for k, v in status.items() if k in ("ready", "version", "lastHeartbeat", "upstreamCRDVersion")}
+        current = self.state.resources.items.get(key)
+        last = current.decision(REPORTED) if current else None
+        if last is not None and last.status.fields == fields:
+            return False
+        subject = key.subject(REPORTED)
+        stored = await self.runner.store.append(
+            subject, StatusReported(status=StatusSlice(fields=fields)), expected_seq=self.runner.seen.get(subject, 0)
+        )
+        self.runner.fold(stored)
+        return True
 
     async def delete(self, key: Key) -> Deleted:
         assert self.runner is not None

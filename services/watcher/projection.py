@@ -56,7 +56,7 @@ class WatcherState:
             {
                 "generation": state.generation,
                 "observed_generation": status.get("observedGeneration"),
-                "phase": status["phase"],
+                "phase": status.get("phase"),
                 "conditions": status.get("conditions", []),
                 "last_reconciled_at": rfc3339(self.last_reconciled_at(state)),
             }

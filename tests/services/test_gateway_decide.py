@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from contracts.conditions import carried, same_decision
 from contracts.poolmember import InferencePoolMemberSpec
 from contracts.rules.urls import refused_address, url_host
 from contracts.subjects import Key
@@ -43,13 +44,14 @@ def test_health_names_the_missing_models() -> None:
     assert conditions["ModelsAdvertised"].message == "declared models not advertised by the upstream: x"
 
 
-def test_same_health_ignores_nothing_but_transition_times() -> None:
+def test_same_decision_ignores_nothing_but_transition_times() -> None:
     m = member()
-    a = decide.health(m, ProbeOutcome(models=("m",)), "http-direct")
-    assert decide.same_health(a, decide.health(m, ProbeOutcome(models=("m",)), "http-direct"))
-    assert not decide.same_health(a, decide.health(m, ProbeOutcome(models=("m", "n")), "http-direct"))
-    assert not decide.same_health(a, decide.health(member(generation=2), ProbeOutcome(models=("m",)), "http-direct"))
-    assert not decide.same_health(None, a)
+    a = carried(decide.health(m, ProbeOutcome(models=("m",)), "http-direct"), None)
+    later = carried(decide.health(m, ProbeOutcome(models=("m",)), "http-direct"), None)
+    assert same_decision(later, a)
+    assert not same_decision(decide.health(m, ProbeOutcome(models=("m", "n")), "http-direct"), a)
+    assert not same_decision(decide.health(member(generation=2), ProbeOutcome(models=("m",)), "http-direct"), a)
+    assert not same_decision(a, None)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,111 @@
+"""`jetway render`: the Kubernetes objects Jetway would create, as a YAML stream.
+
+Offline (`-f FILE...`): the same decisions the services make (selection, storage plan,
+rendering), with the built-in provider configs unless `--providers` gives others; no NATS.
+From a running Jetway (`md/NAME`): the objects its services recorded.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+import yaml
+
+from cli.manifests import Unreadable, expand_sources, load_documents
+from contracts.admission import admit
+from contracts.modeldeployment import ModelDeployment
+from contracts.pipeline import RenderFailed, SelectionFailed, StorageInvalid, WorkloadRendered
+from contracts.providerconfig import InferenceProviderConfig
+from contracts.subjects import Key
+from services.selector import decide as selection
+from services.storage import decide as storage
+from services.workload import decide as workload
+from services.workload.projection import Deployment
+from services.workload.providers import BUILTIN, builtin_configs
+
+
+def _providers(files: list[str], err: TextIO) -> list[selection.Provider] | None:
+    documents: list[Any] = []
+    if not files:
+        documents = builtin_configs()
+    else:
+        for source in expand_sources(files):
+            try:
+                documents += [d.body for d in load_documents(source)]
+            except Unreadable as exc:
+                print(f"error: {exc}", file=err)
+                return None
+    providers = []
+    for doc in documents:
+        verdict = admit(doc)
+        if not isinstance(verdict.obj, InferenceProviderConfig):
+            print(
+                f"error: --providers: {verdict.label}: " + ("; ".join(map(str, verdict.problems)) or "not an InferenceProviderConfig"),
+                file=err,
+            )
+            return None
+        status = doc.get("status") if isinstance(doc, dict) else None
+        ready = not isinstance(status, dict) or status.get("ready", True) is not False
+        providers.append(selection.Provider(verdict.obj.metadata.name, verdict.obj.spec, ready))
+    return providers
+
+
+def objects_for(md: ModelDeployment, uid: str, providers: list[selection.Provider]) -> tuple[list[dict[str, Any]], str]:
+    """(objects, a one-line account) for one admitted deployment; ValueError with the reason when it cannot render."""
+    key = Key("ModelDeployment", md.metadata.namespace or "default", md.metadata.name)
+    outcome = selection.select(md, 1, None, providers)
+    chosen = outcome.decision
+    if isinstance(chosen, SelectionFailed):
+        raise ValueError(chosen.message)
+    plan = storage.plan(md, key, 1, uid)
+    if isinstance(plan, StorageInvalid):
+        raise ValueError("Storage invalid: " + "; ".join(plan.problems))
+    deployment = Deployment(key, 1, uid, md, selection=chosen, storage=plan)
+    rendered: list[dict[str, Any]] = list(plan.objects)
+    for step in workload.decide(deployment, BUILTIN):
+        if isinstance(step.record, RenderFailed):
+            raise ValueError(step.record.status.message or step.record.message)
+        if isinstance(step.record, WorkloadRendered):
+            rendered += step.write
+    account = f"provider {chosen.provider} ({chosen.provider_reason}), engine {chosen.engine} ({chosen.engine_reason})"
+    if chosen.provider not in BUILTIN:
+        account += f"; {chosen.provider} renders it with its own controller"
+    return rendered, account
+
+
+def run(files: list[str], provider_files: list[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    providers = _providers(provider_files, err)
+    if providers is None:
+        return 2
+    failed = False
+    for source in expand_sources(files):
+        try:
+            documents = load_documents(source)
+        except Unreadable as exc:
+            print(f"error: {exc}", file=err)
+            return 2
+        for doc in documents:
+            verdict = admit(doc.body)
+            where = f"{source}: {verdict.label}"
+            if not verdict.ok or verdict.obj is None:
+                for problem in verdict.problems:
+                    print(f"{where}: {problem}", file=err)
+                failed = True
+                continue
+            if not isinstance(verdict.obj, ModelDeployment):
+                continue  # only deployments render into objects
+            uid = (doc.body.get("metadata") or {}).get("uid") or ""
+            try:
+                objects, account = objects_for(verdict.obj, uid, providers)
+            except ValueError as exc:
+                print(f"{where}: {exc}", file=err)
+                failed = True
+                continue
+            print(f"# {verdict.obj.kind}/{verdict.obj.metadata.namespace or 'default'}/{verdict.obj.metadata.name}: {account}", file=out)
+            if not uid:
+                print("# (no metadata.uid: ownerReferences are left out; the controller sets them)", file=out)
+            for obj in objects:
+                print("---", file=out)
+                print(yaml.safe_dump(obj, sort_keys=False), end="", file=out)
+    return 1 if failed else 0

@@ -1,0 +1,39 @@
+"""How Jetway names, labels and owns the Kubernetes objects it writes (shared by every service)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.subjects import Key
+
+MANAGED_BY = "airunway.ai/managed-by"
+MANAGER = "jetway"
+DEPLOYMENT = "airunway.ai/deployment"
+MODEL_DEPLOYMENT = "airunway.ai/model-deployment"
+ENGINE_TYPE = "airunway.ai/engine-type"
+MODEL_SOURCE = "airunway.ai/model-source"
+JOB_TYPE = "airunway.ai/job-type"
+PAUSED = "airunway.ai/reconcile-paused"
+
+
+def owner_references(key: Key, uid: str, *, api_version: str = "airunway.ai/v1alpha1") -> list[dict[str, Any]]:
+    """The controller reference to the owning resource; none when its uid is unknown (offline render)."""
+    if not uid:
+        return []
+    return [{"apiVersion": api_version, "kind": key.kind, "name": key.name, "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+
+
+def metadata(name: str, key: Key, uid: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": key.namespace or "default", "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    owners = owner_references(key, uid)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def ref(obj: dict[str, Any]) -> dict[str, Any]:
+    """Just enough of an object to find it again: apiVersion, kind, namespace, name."""
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": {"name": meta["name"], "namespace": meta.get("namespace")}}

@@ -1,0 +1,89 @@
+"""Decisions of the ModelDeployment pipeline: selector → storage → workload.
+
+Each service owns one decision and records it on its facet of the deployment; the next
+service reads it from the stream. `objects` are the Kubernetes manifests the decision stands
+for: standalone they are only recorded (this event is the record); in a cluster the service
+also writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.events import Decision, register
+
+
+class ProviderSelected(Decision, frozen=True, tag="ProviderSelected.v1"):
+    """The selector chose an engine and a provider (explicitly, stickily, or by rules)."""
+
+    engine: str = ""
+    engine_reason: str = ""
+    provider: str = ""
+    provider_reason: str = ""
+    explicit_engine: bool = False
+    explicit_provider: bool = False
+
+    def describe(self) -> str:
+        return f"engine {self.engine} ({self.engine_reason}), provider {self.provider} ({self.provider_reason})"
+
+
+class SelectionFailed(Decision, frozen=True, tag="SelectionFailed.v1"):
+    """Validation, engine selection or provider selection failed; the message says what to change."""
+
+    stage: str = ""  # validation | engine | provider
+    message: str = ""
+
+    def describe(self) -> str:
+        return f"{self.stage}: {self.message}"
+
+
+class StoragePlanned(Decision, frozen=True, tag="StoragePlanned.v1"):
+    """The storage a deployment's pods mount: PVCs to create, volumes and mounts, the download Job."""
+
+    objects: tuple[dict[str, Any], ...] = ()  # PVCs, then the download Job
+    volumes: tuple[dict[str, Any], ...] = ()  # pod volumes
+    mounts: tuple[dict[str, Any], ...] = ()  # container volume mounts
+    model_cache: str = ""  # mount path of the model cache (HF_HOME), "" when none
+    download_job: str = ""
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in self.objects)
+        return f"{len(self.volumes)} volume(s)" + (f"; creates {kinds}" if kinds else "")
+
+
+class StorageInvalid(Decision, frozen=True, tag="StorageInvalid.v1"):
+    problems: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return "; ".join(self.problems)
+
+
+class WorkloadRendered(Decision, frozen=True, tag="WorkloadRendered.v1"):
+    """The provider's objects for the deployment, as rendered for this generation."""
+
+    provider: str = ""
+    objects: tuple[dict[str, Any], ...] = ()
+
+    def describe(self) -> str:
+        return f"{self.provider}: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in self.objects)
+
+
+class WorkloadWithdrawn(Decision, frozen=True, tag="WorkloadWithdrawn.v1"):
+    """A provider's objects are no longer wanted (the provider changed, or the deployment went)."""
+
+    provider: str = ""
+    objects: tuple[dict[str, Any], ...] = ()  # what to remove: apiVersion, kind, namespace, name
+
+    def describe(self) -> str:
+        return f"{self.provider}: removed " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in self.objects)
+
+
+class RenderFailed(Decision, frozen=True, tag="RenderFailed.v1"):
+    provider: str = ""
+    message: str = ""
+
+    def describe(self) -> str:
+        return f"{self.provider}: {self.message}"
+
+
+register(ProviderSelected, SelectionFailed, StoragePlanned, StorageInvalid, WorkloadRendered, WorkloadWithdrawn, RenderFailed)

@@ -1,0 +1,5 @@
+import asyncio
+
+from services.selector.main import main
+
+asyncio.run(main())

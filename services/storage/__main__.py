@@ -1,0 +1,5 @@
+import asyncio
+
+from services.storage.main import main
+
+asyncio.run(main())

@@ -1,0 +1,162 @@
+"""The storage plan of a ModelDeployment, pure.
+
+- a PVC for each sized volume (`<deployment>-<volume>` unless named; access mode default
+  ReadWriteMany; the storage class passed through, `""` kept: no dynamic provisioning);
+- a pod volume and a container mount for every volume (default mount paths by purpose);
+- a model-download Job when a Hugging Face model goes into a writable model cache, with
+  `HF_HOME` at the cache's mount path;
+- conditions `StorageReady` and `ModelDownloaded`, from what the cluster reports when one is
+  attached (`Observed`), pending otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.events import StatusCondition, StatusSlice
+from contracts.modeldeployment import DEFAULT_MOUNT_PATHS, ModelDeployment
+from contracts.objects import JOB_TYPE, MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, metadata
+from contracts.pipeline import StorageInvalid, StoragePlanned
+from contracts.rules import modeldeployment as md_rules
+from contracts.subjects import Key
+
+DOWNLOADER_IMAGE = "ghcr.io/ai-runway/airunway/model-downloader:latest"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the cluster says about the planned objects (empty when no cluster is attached)."""
+
+    pvc_phases: dict[str, str] = field(default_factory=dict)  # claim → Pending | Bound | Lost
+    job: str = ""  # "" | Running | Complete | Failed
+
+
+def _labels(key: Key) -> dict[str, str]:
+    return {MANAGED_BY: MANAGER, MODEL_DEPLOYMENT: key.name}
+
+
+def pvc(key: Key, uid: str, claim: str, size: str, access_mode: str, storage_class: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class  # "" disables dynamic provisioning; absent means the cluster default
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata(claim, key, uid, _labels(key)), "spec": spec}
+
+
+def download_job(md: ModelDeployment, key: Key, uid: str, claim: str, mount_path: str) -> dict[str, Any]:
+    name = f"{key.name}{md_rules.DOWNLOAD_JOB_SUFFIX}"
+    container: dict[str, Any] = {
+        "name": "model-download",
+        "image": DOWNLOADER_IMAGE,
+        "args": ["download", md.spec.model.id or ""],
+        "env": [{"name": "HF_HOME", "value": mount_path}],
+        "volumeMounts": [{"name": "model-cache", "mountPath": mount_path}],
+        "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "16Gi"}},
+    }
+    secret = md.spec.secrets.huggingFaceToken if md.spec.secrets else None
+    if secret:
+        container["env"].append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": "HF_TOKEN"}}})
+    labels = {**_labels(key), JOB_TYPE: "model-download"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(name, key, uid, labels),
+        "spec": {
+            "backoffLimit": 6,
+            "completions": 1,
+            "parallelism": 1,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": [{"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}],
+                },
+            },
+        },
+    }
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> StatusCondition:
+    return StatusCondition(type=type_, status="True" if ok else "False", reason=reason, message=message, observedGeneration=generation)
+
+
+def plan(md: ModelDeployment, key: Key, generation: int, uid: str, observed: Observed | None = None) -> StoragePlanned | StorageInvalid:
+    observed = observed or Observed()
+    problems = [str(p) for p in md_rules.check_storage(md, [])]
+    if problems:
+        message = "; ".join(problems)
+        return StorageInvalid(
+            generation=generation,
+            problems=tuple(problems),
+            status=StatusSlice(
+                conditions=(_condition("StorageReady", False, "PVCFailed", message, generation),),
+                phase="Failed",
+                message=f"Storage invalid: {message}",
+            ),
+        )
+    objects: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    created: list[str] = []
+    model_cache = ""
+    for volume in md_rules.volumes_of(md):
+        claim = md_rules.resolved_claim_name(key.name, volume)
+        mount_path = volume.mountPath or DEFAULT_MOUNT_PATHS.get(volume.purpose, "")
+        if volume.size is not None:
+            objects.append(pvc(key, uid, claim, volume.size, volume.accessMode or "ReadWriteMany", volume.storageClassName))
+            created.append(claim)
+        source: dict[str, Any] = {"claimName": claim}
+        mount: dict[str, Any] = {"name": volume.name, "mountPath": mount_path}
+        if volume.readOnly:
+            source["readOnly"] = True
+            mount["readOnly"] = True
+        volumes.append({"name": volume.name, "persistentVolumeClaim": source})
+        mounts.append(mount)
+        if volume.purpose == "modelCache":
+            model_cache = mount_path
+    cache = md_rules.managed_model_cache(md)
+    job_name = ""
+    if cache is not None and md.spec.model.id:
+        job = download_job(md, key, uid, md_rules.resolved_claim_name(key.name, cache), model_cache)
+        objects.append(job)
+        job_name = job["metadata"]["name"]
+    conditions: list[StatusCondition] = [_storage_ready(created, len(volumes), observed, generation)]
+    if job_name:
+        conditions.append(_downloaded(job_name, md.spec.model.id or "", model_cache, observed, generation))
+    phase = "Failed" if any(c.reason in ("PVCFailed", "DownloadFailed") for c in conditions) else None
+    return StoragePlanned(
+        generation=generation,
+        objects=tuple(objects),
+        volumes=tuple(volumes),
+        mounts=tuple(mounts),
+        model_cache=model_cache,
+        download_job=job_name,
+        status=StatusSlice(
+            conditions=tuple(conditions),
+            phase=phase,
+            message=next((c.message for c in conditions if c.reason in ("PVCFailed", "DownloadFailed")), None),
+        ),
+    )
+
+
+def _storage_ready(created: list[str], volumes: int, observed: Observed, generation: int) -> StatusCondition:
+    if not created:
+        message = f"{volumes} volume(s) mount pre-existing claims" if volumes else "no storage volumes"
+        return _condition("StorageReady", True, "PVCsBound", message, generation)
+    lost = [c for c in created if observed.pvc_phases.get(c) == "Lost"]
+    if lost:
+        return _condition("StorageReady", False, "PVCFailed", f"PVC {', '.join(lost)} lost its volume", generation)
+    waiting = [c for c in created if observed.pvc_phases.get(c) not in ("Bound", "Pending")]
+    if waiting:
+        return _condition("StorageReady", False, "PVCsPending", f"waiting for PVC {', '.join(waiting)} to be created", generation)
+    # A Pending PVC binds when its first consumer is scheduled (WaitForFirstConsumer): it counts as ready.
+    return _condition("StorageReady", True, "PVCsBound", f"PVC {', '.join(created)} ready", generation)
+
+
+def _downloaded(job: str, model: str, path: str, observed: Observed, generation: int) -> StatusCondition:
+    if observed.job == "Complete":
+        return _condition("ModelDownloaded", True, "DownloadComplete", f"{model} downloaded into {path}", generation)
+    if observed.job == "Failed":
+        return _condition("ModelDownloaded", False, "DownloadFailed", f"Job {job} failed to download {model}", generation)
+    return _condition("ModelDownloaded", False, "DownloadInProgress", f"Job {job} downloads {model} into {path}", generation)

@@ -1,0 +1,5 @@
+import asyncio
+
+from services.workload.main import main
+
+asyncio.run(main())

@@ -1,0 +1,204 @@
+"""What every provider's rendering shares: labels, env, resources, engine flags, overrides."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.modeldeployment import DEFAULT_GPU_TYPE, ModelDeployment
+from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, MODEL_SOURCE
+from contracts.pipeline import StoragePlanned
+from contracts.rules.modeldeployment import RESERVED_VLLM_FLAGS, flag_key
+from contracts.subjects import Key
+
+HF_TOKEN_KEY = "HF_TOKEN"
+
+
+class RenderError(Exception):
+    """The spec cannot be rendered for this provider; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    key: Key
+    uid: str
+    md: ModelDeployment
+    engine: str
+    storage: StoragePlanned | None = None
+    gateway_available: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    @property
+    def spec(self) -> Any:
+        return self.md.spec
+
+    @property
+    def mode(self) -> str:
+        return self.spec.serving.mode if self.spec.serving else "aggregated"
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.resources.gpu.count if self.spec.resources and self.spec.resources.gpu else 0
+
+    @property
+    def gpu_type(self) -> str:
+        return (self.spec.resources.gpu.type if self.spec.resources and self.spec.resources.gpu else None) or DEFAULT_GPU_TYPE
+
+    @property
+    def replicas(self) -> int:
+        """`scaling.replicas`, 0 included: a deployment scaled to zero runs no pod (AI Runway renders 1)."""
+        return self.spec.scaling.replicas if self.spec.scaling else 1
+
+    def image(self, default: str) -> str:
+        engine_image = self.spec.engine.image if self.spec.engine else None
+        return engine_image or self.spec.image or default
+
+
+def labels(inputs: Inputs) -> dict[str, str]:
+    return {MANAGED_BY: MANAGER, DEPLOYMENT: inputs.name, ENGINE_TYPE: inputs.engine, MODEL_SOURCE: inputs.spec.model.source}
+
+
+def selector(name: str) -> dict[str, str]:
+    return {DEPLOYMENT: name, "app": name}
+
+
+def pod_labels(inputs: Inputs, selector_labels: dict[str, str]) -> dict[str, str]:
+    """The user's pod labels, then ours: selectors and the InferencePool label cannot be overridden."""
+    template = inputs.spec.podTemplate.metadata if inputs.spec.podTemplate and inputs.spec.podTemplate.metadata else None
+    return {**(template.labels or {} if template else {}), **selector_labels, MODEL_DEPLOYMENT: inputs.name}
+
+
+def pod_annotations(inputs: Inputs) -> dict[str, str]:
+    template = inputs.spec.podTemplate.metadata if inputs.spec.podTemplate and inputs.spec.podTemplate.metadata else None
+    return dict(template.annotations or {}) if template else {}
+
+
+def env(inputs: Inputs) -> list[dict[str, Any]]:
+    """spec.env (valueFrom wins over value), HF_TOKEN from the named Secret, HF_HOME at the model cache."""
+    secret = inputs.spec.secrets.huggingFaceToken if inputs.spec.secrets else None
+    out: list[dict[str, Any]] = []
+    for variable in inputs.spec.env or []:
+        if secret and variable.name == HF_TOKEN_KEY:
+            continue
+        if variable.valueFrom is not None:
+            out.append({"name": variable.name, "valueFrom": variable.valueFrom.wire()})
+        else:
+            out.append({"name": variable.name, "value": variable.value or ""})
+    if secret:
+        out.append({"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": secret, "key": HF_TOKEN_KEY}}})
+    if inputs.storage and inputs.storage.model_cache and not any(v["name"] == "HF_HOME" for v in out):
+        out.append({"name": "HF_HOME", "value": inputs.storage.model_cache})
+    return out
+
+
+def resources(gpus: int, gpu_type: str, memory: str | None, cpu: str | None) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    if gpus > 0:
+        limits[gpu_type] = requests[gpu_type] = str(gpus)
+    if memory:
+        limits["memory"] = requests["memory"] = memory
+    if cpu:
+        requests["cpu"] = cpu
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def main_resources(inputs: Inputs) -> dict[str, Any]:
+    res = inputs.spec.resources
+    return resources(inputs.gpus, inputs.gpu_type, res.memory if res else None, res.cpu if res else None)
+
+
+def scheduling(inputs: Inputs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if inputs.spec.nodeSelector:
+        out["nodeSelector"] = dict(inputs.spec.nodeSelector)
+    if inputs.spec.tolerations:
+        out["tolerations"] = [t.wire() for t in inputs.spec.tolerations]
+    return out
+
+
+def storage_volumes(inputs: Inputs) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    if inputs.storage is None:
+        return [], []
+    return [dict(v) for v in inputs.storage.volumes], [dict(m) for m in inputs.storage.mounts]
+
+
+def vllm_args(inputs: Inputs, *, networking: bool, prefix_off_flag: bool, dedupe: bool = True) -> list[str]:
+    """vLLM's flags in AI Runway's order; a flag the user also set in args or extraArgs is theirs."""
+    engine = inputs.spec.engine
+    args = dict(engine.args or {}) if engine else {}
+    extra = list(engine.extraArgs or []) if engine else []
+    for key in args:
+        if flag_key("--" + key) in [flag_key(t) for t in extra]:
+            raise RenderError(f'launch flag "{key}" is set in both spec.engine.args and spec.engine.extraArgs')
+    user = set(args) | {k for k in (flag_key(t) for t in extra) if k}
+    if networking:
+        for reserved in RESERVED_VLLM_FLAGS:
+            if reserved in user:
+                raise RenderError(
+                    f'engine arg "{reserved}" conflicts with Direct vLLM generated networking; Direct vLLM requires host '
+                    "0.0.0.0 and port 8000 (the Service and probes use them)"
+                )
+    derived: list[tuple[str, str | None]] = []
+    if networking:
+        derived += [("host", "0.0.0.0"), ("port", "8000")]
+    if inputs.spec.model.id:
+        derived.append(("model", inputs.spec.model.id))
+    if inputs.spec.model.servedName:
+        derived.append(("served-model-name", inputs.spec.model.servedName))
+    if engine and engine.contextLength:
+        derived.append(("max-model-len", str(engine.contextLength)))
+    if engine and engine.trustRemoteCode:
+        derived.append(("trust-remote-code", None))
+    if engine and engine.enforceEager:
+        derived.append(("enforce-eager", None))
+    if engine is None or engine.enablePrefixCaching:
+        derived.append(("enable-prefix-caching", None))
+    elif prefix_off_flag:
+        derived.append(("no-enable-prefix-caching", None))
+    if inputs.gpus > 1:
+        derived.append(("tensor-parallel-size", str(inputs.gpus)))
+    out: list[str] = []
+    for key, value in derived:
+        if dedupe and key in user:
+            continue
+        out += [f"--{key}"] if value is None else [f"--{key}", value]
+    for key in sorted(args):
+        out += [f"--{key}"] if args[key] == "" else [f"--{key}", args[key]]
+    return out + extra
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            into[key] = _merge(dict(into[key]), value)
+        else:
+            into[key] = copy.deepcopy(value)
+    return into
+
+
+def apply_overrides(inputs: Inputs, pod_spec: dict[str, Any], main: dict[str, Any], containers: list[dict[str, Any]]) -> None:
+    """Merge the allow-listed security overrides last: `workload` first, then `container`.
+
+    `podSecurityContext` goes to the pod, `securityContext` to the main container (from the
+    `workload` section, to every container). Admission already refused anything else.
+    """
+    overrides = inputs.spec.provider.overrides if inputs.spec.provider else None
+    if not overrides:
+        return
+    for section in ("workload", "container"):
+        body = overrides.get(section) or {}
+        if "podSecurityContext" in body:
+            pod_spec["securityContext"] = _merge(dict(pod_spec.get("securityContext") or {}), body["podSecurityContext"])
+        if "securityContext" in body:
+            for container in containers if section == "workload" else [main]:
+                container["securityContext"] = _merge(dict(container.get("securityContext") or {}), body["securityContext"])

@@ -1,0 +1,123 @@
+"""Storage planning: PVCs, mounts, the download Job and the conditions (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.admission import admit
+from contracts.modeldeployment import ModelDeployment
+from contracts.pipeline import StorageInvalid, StoragePlanned
+from contracts.subjects import Key
+from services.storage.decide import Observed, plan
+from tests.contracts.cases import MD, changed
+
+VOL = "spec.model.storage.volumes"
+KEY = Key("ModelDeployment", "default", "qwen")
+
+
+def planned(volumes: list[dict[str, Any]], observed: Observed | None = None, **changes: Any) -> StoragePlanned | StorageInvalid:
+    verdict = admit(changed(MD, {VOL: volumes, **changes}))
+    assert isinstance(verdict.obj, ModelDeployment), verdict.problems
+    return plan(verdict.obj, KEY, 2, "uid-1", observed)
+
+
+def conditions(result: StoragePlanned | StorageInvalid) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in result.status.conditions}
+
+
+def test_sized_volume_gets_a_pvc_with_defaults_and_owner() -> None:
+    result = planned([{"name": "cache", "purpose": "modelCache", "size": "100Gi"}])
+    assert isinstance(result, StoragePlanned)
+    pvc = result.objects[0]
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["metadata"]["name"] == "qwen-cache"
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "100Gi"}}}
+    assert pvc["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "airunway.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "name": "qwen",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert pvc["metadata"]["labels"] == {"airunway.ai/managed-by": "jetway", "airunway.ai/model-deployment": "qwen"}
+
+
+def test_storage_class_empty_is_not_absent_and_names_pass_through() -> None:
+    result = planned(
+        [
+            {"name": "a", "purpose": "modelCache", "size": "1Gi", "storageClassName": "", "accessMode": "ReadWriteOnce"},
+            {"name": "b", "purpose": "custom", "size": "2Gi", "storageClassName": "fast", "claimName": "mine", "mountPath": "/b"},
+            {"name": "c", "purpose": "custom", "size": "3Gi", "mountPath": "/c"},
+        ]
+    )
+    assert isinstance(result, StoragePlanned)
+    specs = {o["metadata"]["name"]: o["spec"] for o in result.objects if o["kind"] == "PersistentVolumeClaim"}
+    assert specs["qwen-a"]["storageClassName"] == "" and specs["qwen-a"]["accessModes"] == ["ReadWriteOnce"]
+    assert specs["mine"]["storageClassName"] == "fast"
+    assert "storageClassName" not in specs["qwen-c"]
+
+
+def test_every_volume_is_mounted_with_default_paths() -> None:
+    result = planned(
+        [
+            {"name": "cache", "purpose": "modelCache", "claimName": "shared", "readOnly": True},
+            {"name": "compiled", "purpose": "compilationCache", "claimName": "cc"},
+            {"name": "data", "claimName": "d", "mountPath": "/data"},
+        ]
+    )
+    assert isinstance(result, StoragePlanned)
+    assert result.objects == ()
+    assert list(result.volumes) == [
+        {"name": "cache", "persistentVolumeClaim": {"claimName": "shared", "readOnly": True}},
+        {"name": "compiled", "persistentVolumeClaim": {"claimName": "cc"}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "d"}},
+    ]
+    assert list(result.mounts) == [
+        {"name": "cache", "mountPath": "/model-cache", "readOnly": True},
+        {"name": "compiled", "mountPath": "/compilation-cache"},
+        {"name": "data", "mountPath": "/data"},
+    ]
+    assert result.model_cache == "/model-cache" and result.download_job == ""
+    assert conditions(result) == {"StorageReady": ("True", "PVCsBound")}
+
+
+def test_hugging_face_model_into_a_writable_cache_gets_a_download_job() -> None:
+    result = planned(
+        [{"name": "cache", "purpose": "modelCache", "size": "50Gi", "mountPath": "/models"}], **{"spec.secrets": {"huggingFaceToken": "hf"}}
+    )
+    assert isinstance(result, StoragePlanned)
+    job = result.objects[1]
+    assert job["kind"] == "Job" and job["metadata"]["name"] == "qwen-model-download" == result.download_job
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["download", "Qwen/Qwen3-0.6B"]
+    assert {"name": "HF_HOME", "value": "/models"} in container["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}} in container["env"]
+    assert job["spec"]["template"]["spec"]["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "qwen-cache"}}]
+    assert job["metadata"]["labels"]["airunway.ai/job-type"] == "model-download"
+    assert conditions(result) == {"StorageReady": ("False", "PVCsPending"), "ModelDownloaded": ("False", "DownloadInProgress")}
+
+
+def test_no_download_for_custom_models_or_read_only_caches() -> None:
+    custom = planned([{"name": "cache", "purpose": "modelCache", "size": "5Gi"}], **{"spec.model": {"id": "x", "source": "custom"}})
+    read_only = planned([{"name": "cache", "purpose": "modelCache", "claimName": "c", "readOnly": True}])
+    assert isinstance(custom, StoragePlanned) and isinstance(read_only, StoragePlanned)
+    assert custom.download_job == read_only.download_job == ""
+
+
+def test_conditions_follow_what_the_cluster_reports() -> None:
+    volumes = [{"name": "cache", "purpose": "modelCache", "size": "5Gi"}]
+    pending = planned(volumes, Observed(pvc_phases={"qwen-cache": "Pending"}, job="Running"))
+    assert conditions(pending) == {"StorageReady": ("True", "PVCsBound"), "ModelDownloaded": ("False", "DownloadInProgress")}
+    done = planned(volumes, Observed(pvc_phases={"qwen-cache": "Bound"}, job="Complete"))
+    assert conditions(done) == {"StorageReady": ("True", "PVCsBound"), "ModelDownloaded": ("True", "DownloadComplete")}
+    failed = planned(volumes, Observed(pvc_phases={"qwen-cache": "Lost"}, job="Failed"))
+    assert conditions(failed) == {"StorageReady": ("False", "PVCFailed"), "ModelDownloaded": ("False", "DownloadFailed")}
+    assert failed.status.phase == "Failed"
+
+
+def test_invalid_storage_is_a_decision_not_a_crash() -> None:
+    doc = changed(MD, {VOL: [{"name": "a", "purpose": "modelCache"}, {"name": "a", "purpose": "modelCache", "claimName": "x"}]})
+    result = plan(ModelDeployment.model_validate(doc), KEY, 1, "")  # created without admission
+    assert isinstance(result, StorageInvalid)
+    assert any("claimName is required" in p for p in result.problems)
+    assert conditions(result) == {"StorageReady": ("False", "PVCFailed")} and result.status.phase == "Failed"
