@@ -196,7 +196,7 @@ _decoders: dict[str, Any] = {}
 
 # Modules whose decision types join the union: whoever decodes (a service, the CLI) reads
 # every type, whichever modules it happened to import itself.
-EVENT_MODULES = ("contracts.gateway", "contracts.pipeline")
+EVENT_MODULES = ("contracts.gateway", "contracts.pipeline", "contracts.cluster")
 
 
 def _event_decoder() -> Any:

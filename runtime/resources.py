@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from contracts.cluster import DeletionRequested
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted, StatusCondition, Withdrawn
 from contracts.kinds import KINDS
 from contracts.subjects import SPEC, Key
@@ -56,6 +57,7 @@ class ResourceState:
     updated_at: datetime | None = None
     resource_version: int = 0  # stream sequence of the last spec event
     decisions: dict[str, Envelope] = field(default_factory=dict)  # owner → its latest decision
+    deleting: bool = False  # the cluster asked to delete it; its objects are being cleaned up
 
     @property
     def api_version(self) -> str:
@@ -78,7 +80,9 @@ class ResourceState:
         return next((c for c in self.conditions() if c.type == type_), None)
 
     def phase(self) -> tuple[str, str | None]:
-        """(phase, message): Failed from any owner wins, then owners by precedence, else Pending."""
+        """(phase, message): Terminating while being deleted, Failed from any owner, then owners by precedence, else Pending."""
+        if self.deleting:
+            return "Terminating", "deleting: cleaning up the objects Jetway created"
         slices = {owner: d.status for owner in self.decisions if (d := self.decision(owner)) is not None}
         for owner in sorted(slices):
             if slices[owner].phase == "Failed":
@@ -158,6 +162,8 @@ class Resources:
                 state.updated_at = envelope.stored_at or envelope.time
                 state.resource_version = envelope.seq
                 self.items[key] = state
+            elif isinstance(event, DeletionRequested) and key in self.items:
+                self.items[key].deleting = True
             elif isinstance(event, ResourceDeleted):
                 self.items.pop(key, None)
             return

@@ -18,11 +18,16 @@ def build(
     writer: Writer | None = None,
     *,
     settings: RunnerSettings | None = None,
-    gateway_available: Callable[[], bool] = lambda: False,
+    gateway_available: Callable[[], bool] | None = None,
+    resync_interval: float | None = None,
 ) -> list[Runner]:
-    """The ModelDeployment pipeline: selector → storage → workload, a runner each."""
+    """The ModelDeployment pipeline: selector → storage → workload, a runner each.
+
+    `gateway_available` overrides discovery (standalone mode has none: no gateway);
+    `resync_interval` makes the writers level-triggered in a cluster.
+    """
     return [
         Runner(SelectorService(), nc, settings),
-        Runner(StorageService(writer), nc, settings),
-        Runner(WorkloadService(writer, gateway_available=gateway_available), nc, settings),
+        Runner(StorageService(writer, resync_interval=resync_interval), nc, settings),
+        Runner(WorkloadService(writer, gateway_available=gateway_available, resync_interval=resync_interval), nc, settings),
     ]

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cluster import Cluster, cluster_for_tests
 from tests.support.nats import NatsEndpoint, nats_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,3 +21,10 @@ def nats(tmp_path: Path) -> Iterator[NatsEndpoint]:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    """The Kubernetes API emulator over real HTTP; a real cluster instead when KUBECONFIG is set."""
+    async with cluster_for_tests() as found:
+        yield found

@@ -73,6 +73,20 @@ def rendered(d: Deployment, provider: str, objects: list[dict[str, Any]], inputs
     )
 
 
+def blocked(d: Deployment, provider: str, reason: str, message: str) -> RenderFailed:
+    """The objects could not be written: another owner holds the name, or the cluster lacks the kind."""
+    conditions = (
+        StatusCondition(type="ResourceCreated", status="False", reason=reason, message=message, observedGeneration=d.generation),
+        StatusCondition(type="Ready", status="False", reason=reason, message=message, observedGeneration=d.generation),
+    )
+    return RenderFailed(
+        generation=d.generation,
+        provider=provider,
+        message=message,
+        status=StatusSlice(conditions=conditions, phase="Failed", message=message),
+    )
+
+
 def withdrawn(d: Deployment, provider: str, objects: tuple[dict[str, Any], ...]) -> WorkloadWithdrawn:
     return WorkloadWithdrawn(generation=d.generation, provider=provider, objects=tuple(ref(o) for o in objects))
 
@@ -80,7 +94,7 @@ def withdrawn(d: Deployment, provider: str, objects: tuple[dict[str, Any], ...])
 def decide(d: Deployment, builtin: tuple[str, ...], *, gateway_available: bool = False, cluster: bool = False) -> list[Intent]:
     """The steps that bring this deployment's objects to what its selection and storage say."""
     previous = d.rendered
-    if d.md is None:  # deleted: take its objects away
+    if d.md is None or d.deleting:  # deleted (or being deleted): take its objects away
         return [Intent(withdrawn(d, previous.provider, previous.objects), remove=list(previous.objects))] if previous else []
     if d.paused:
         return []

@@ -6,16 +6,25 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from contracts.admission import admit
+from contracts.cluster import ApisDiscovered, WorkloadObserved
 from contracts.conditions import same_decision
-from contracts.events import Envelope, ResourceApplied, StatusReported, StatusSlice
+from contracts.events import Decision, Envelope, ResourceApplied, StatusReported, StatusSlice
+from contracts.pipeline import WorkloadRendered
 from contracts.subjects import SPEC, Key, kind_filter
+from runtime.kubewriter import NotServed, ResourceConflict
 from runtime.service import Effects, Service
 from runtime.writer import RecordedWriter, Writer
-from services.workload import decide
-from services.workload.projection import SELF, WorkloadState
+from services.workload import decide, observe
+from services.workload.projection import SELF, Deployment, WorkloadState
 from services.workload.providers import BUILTIN, VERSION, builtin_configs
 
 PROVIDER_KIND = "InferenceProviderConfig"
+DISCOVERY = Key("Cluster", "", "discovery")
+PROVIDER_CRDS = {
+    "dynamo": ("nvidia.com/v1alpha1", "dynamographdeployments"),
+    "kuberay": ("ray.io/v1", "rayservices"),
+    "kaito": ("kaito.sh/v1beta1", "workspaces"),
+}
 
 
 class WorkloadService(Service):
@@ -24,22 +33,37 @@ class WorkloadService(Service):
         kind_filter("ModelDeployment"),
         kind_filter("ModelDeployment", "selector"),
         kind_filter("ModelDeployment", "storage"),
+        kind_filter("ModelDeployment", "observed"),
         kind_filter(PROVIDER_KIND),
+        DISCOVERY.subject("watcher"),
     )
 
     def __init__(
-        self,
-        writer: Writer | None = None,
-        *,
-        gateway_available: Callable[[], bool] = lambda: False,
-        provider_ready: Callable[[str], bool] = lambda name: True,
+        self, writer: Writer | None = None, *, gateway_available: Callable[[], bool] | None = None, resync_interval: float | None = None
     ) -> None:
         self.state = WorkloadState()
         self.writer: Writer = writer or RecordedWriter()
-        self.gateway_available = gateway_available
-        self.provider_ready = provider_ready
+        self._gateway_available = gateway_available
+        self.resync_interval = resync_interval  # level-triggered: objects deleted by hand come back
         self.registered_by: dict[str, str] = {}  # provider → who wrote its current spec
         self.configs = {c["metadata"]["name"]: c for c in builtin_configs()}
+
+    def gateway_available(self) -> bool:
+        if self._gateway_available is not None:
+            return self._gateway_available()
+        found = self.state.discovered
+        return (
+            found is not None
+            and found.serves("inference.networking.k8s.io/v1", "inferencepools")
+            and found.serves("gateway.networking.k8s.io/v1", "httproutes")
+        )
+
+    def provider_ready(self, name: str) -> bool:
+        """Standalone, every built-in provider is ready (it only renders); in a cluster, when its CRDs are served."""
+        found = self.state.discovered
+        if found is None or name not in PROVIDER_CRDS:
+            return True
+        return found.serves(*PROVIDER_CRDS[name])
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
@@ -48,6 +72,8 @@ class WorkloadService(Service):
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         key = envelope.key
+        if isinstance(envelope.event, ApisDiscovered):
+            return [Key(PROVIDER_KIND, "", name) for name in BUILTIN]
         if key.kind == PROVIDER_KIND:
             return (key,) if key.name in BUILTIN and envelope.facet == SPEC else ()
         return (key,) if envelope.facet != SELF else ()
@@ -65,10 +91,28 @@ class WorkloadService(Service):
         for step in decide.decide(deployment, BUILTIN, gateway_available=self.gateway_available(), cluster=self.writer.cluster):
             if step.remove:
                 await self.writer.delete(step.remove, manager=self.name)
+            record: Decision = step.record
             if step.write:
-                await self.writer.apply(key, step.write, manager=self.name)
-            if not same_decision(step.record, deployment.last):
-                await effects.emit(key, step.record)
+                provider = getattr(step.record, "provider", "")
+                try:
+                    await self.writer.apply(key, step.write, manager=self.name)
+                except ResourceConflict as exc:
+                    record = decide.blocked(deployment, provider, "ResourceConflict", str(exc))
+                except NotServed as exc:
+                    record = decide.blocked(deployment, provider, "CreateFailed", str(exc))
+            if not same_decision(record, _comparable(deployment, record)):
+                await effects.emit(key, record)
+        await self._observe(key, deployment, effects)
+
+    async def _observe(self, key: Key, deployment: Deployment, effects: Effects) -> None:
+        """In a cluster: the workload's phase, replicas and Ready from what the cluster reports."""
+        if not self.writer.cluster or deployment.rendered is None or deployment.deleting or deployment.md is None:
+            return
+        if not isinstance(deployment.last, WorkloadRendered | WorkloadObserved):
+            return
+        observed = observe.observed_status(deployment.rendered, deployment.observed, deployment.generation)
+        if observed is not None and not same_decision(observed, deployment.last):
+            await effects.emit(key, observed)
 
     async def _register(self, key: Key, effects: Effects) -> None:
         """Self-registration: our config is (re)written unless someone else has edited it since."""
@@ -98,7 +142,16 @@ class WorkloadService(Service):
             stored = self.state.providers.get(key.name)
         if stored is None:
             return
-        ready = self.provider_ready(key.name)
-        report = StatusReported(generation=stored.generation, status=StatusSlice(fields={"ready": ready, "version": VERSION}))
+        report = StatusReported(
+            generation=stored.generation, status=StatusSlice(fields={"ready": self.provider_ready(key.name), "version": VERSION})
+        )
         if not same_decision(report, stored.reported):
             await effects.emit(key, report)
+
+
+def _comparable(deployment: Deployment, record: Decision) -> Decision | None:
+    """What a new decision repeats, if anything: a render is compared with the last render (an
+    observation of the cluster may have been recorded since), anything else with the last decision."""
+    if isinstance(record, WorkloadRendered) and isinstance(deployment.last, WorkloadObserved):
+        return deployment.rendered
+    return deployment.last

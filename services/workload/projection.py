@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contracts.admission import stored
+from contracts.cluster import ApisDiscovered, DeletionRequested, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import PAUSED
@@ -25,6 +26,8 @@ class Deployment:
     storage: StoragePlanned | StorageInvalid | None = None
     last: Decision | None = None  # this service's last decision about it
     rendered: WorkloadRendered | None = None  # the objects it stands for now (until withdrawn)
+    deleting: bool = False  # the cluster asked to delete it: objects go first
+    observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
 
 
 @dataclass
@@ -41,9 +44,13 @@ class ProviderConfig:
 class WorkloadState:
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    discovered: ApisDiscovered | None = None  # what the cluster serves (Kubernetes mode)
 
     def fold(self, envelope: Envelope) -> None:
         event, key = envelope.event, envelope.key
+        if isinstance(event, ApisDiscovered):
+            self.discovered = event
+            return
         if key.kind == "InferenceProviderConfig":
             if envelope.facet == SPEC and isinstance(event, ResourceApplied):
                 old = self.providers.get(key.name)
@@ -65,12 +72,16 @@ class WorkloadState:
                 deployment.md = md
                 deployment.paused = event.annotations.get(PAUSED) == "true"
                 self.deployments[key] = deployment
+            elif isinstance(event, DeletionRequested) and deployment is not None:
+                deployment.deleting = True
             elif isinstance(event, ResourceDeleted) and deployment is not None:
                 deployment.md = None
                 if deployment.rendered is None:
                     self.deployments.pop(key, None)  # nothing of it out there: forget it
         elif deployment is not None:
-            if envelope.facet == "selector" and isinstance(event, ProviderSelected | SelectionFailed):
+            if envelope.facet == "observed" and isinstance(event, ObjectObserved):
+                deployment.observed[(event.object_kind, event.object_name)] = event
+            elif envelope.facet == "selector" and isinstance(event, ProviderSelected | SelectionFailed):
                 deployment.selection = event
             elif envelope.facet == "storage" and isinstance(event, StoragePlanned | StorageInvalid):
                 deployment.storage = event

@@ -1,0 +1,290 @@
+"""Talking to Kubernetes: one small client over kubernetes-asyncio's ApiClient, for any kind.
+
+Jetway writes Deployments, Services, PVCs, Jobs and provider custom resources alike, so it
+works with unstructured objects (dicts) through the generic `call_api`: discovery maps a kind to
+its path, `apply` is server-side apply with a field manager per service, `watch` streams
+events. The same client talks to a real cluster (in-cluster config or $KUBECONFIG) and to the
+test suite's API emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio import client as kclient
+from kubernetes_asyncio import config as kconfig
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger("jetway.kube")
+JSON = "application/json"
+MERGE = "application/merge-patch+json"
+APPLY = "application/apply-patch+yaml"
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Gone(KubeError):
+    """A watch's resourceVersion is too old: list again."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    subresources: frozenset[str] = frozenset()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+@dataclass
+class Discovery:
+    """What the cluster serves: (apiVersion, kind) → resource, and the API groups present."""
+
+    resources: dict[tuple[str, str], Resource] = field(default_factory=dict)
+    groups: set[str] = field(default_factory=set)  # "group/version" pairs
+
+    def find(self, api_version: str, kind: str) -> Resource | None:
+        return self.resources.get((api_version, kind))
+
+    def serves(self, group_version: str, plural: str | None = None) -> bool:
+        if plural is None:
+            return group_version in self.groups or any(k[0].split("/")[0] == group_version for k in self.resources)
+        return any(r.api_version == group_version and r.plural == plural for r in self.resources.values())
+
+
+def _error(exc: ApiException) -> KubeError:
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (ValueError, TypeError):
+        body = {}
+    message = body.get("message") or str(exc.reason)
+    reason = body.get("reason") or str(exc.reason)
+    if exc.status == 404:
+        return NotFound(404, reason, message)
+    if exc.status == 410:
+        return Gone(410, reason, message)
+    return KubeError(int(exc.status or 0), reason, message)
+
+
+class Kube:
+    def __init__(self, api: kclient.ApiClient) -> None:
+        self.api = api
+        self.discovery = Discovery()
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        """In a pod, the service account; else $KUBECONFIG (or the given file)."""
+        configuration = kclient.Configuration()
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kconfig.load_incluster_config(client_configuration=configuration)
+        else:
+            await kconfig.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"), client_configuration=configuration)
+        return cls(kclient.ApiClient(configuration))
+
+    @classmethod
+    def at(cls, host: str, token: str | None = None) -> Kube:
+        configuration = kclient.Configuration(host=host)
+        if token:
+            configuration.api_key = {"authorization": f"Bearer {token}"}
+        return cls(kclient.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = 30.0,
+    ) -> Any:
+        try:
+            return await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Content-Type": content_type, "Accept": JSON},
+                body=body,
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            raise _error(exc) from None
+
+    # --- discovery -------------------------------------------------------------------------
+
+    async def discover(self) -> Discovery:
+        found = Discovery()
+        versions = ["v1"]
+        core = await self.request("GET", "/api")
+        versions = core.get("versions", versions)
+        group_versions = [("", v) for v in versions]
+        groups = await self.request("GET", "/apis")
+        for group in groups.get("groups", []):
+            for version in group.get("versions", []):
+                group_versions.append((group["name"], version["version"]))
+        for group, version in group_versions:
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                listing = await self.request("GET", path)
+            except KubeError:
+                continue
+            found.groups.add(f"{group}/{version}" if group else version)
+            subresources: dict[str, set[str]] = {}
+            for item in listing.get("resources", []):
+                if "/" in item["name"]:
+                    base, sub = item["name"].split("/", 1)
+                    subresources.setdefault(base, set()).add(sub)
+            for item in listing.get("resources", []):
+                if "/" in item["name"]:
+                    continue
+                resource = Resource(
+                    group, version, item["kind"], item["name"], bool(item.get("namespaced")), frozenset(subresources.get(item["name"], ()))
+                )
+                found.resources[(resource.api_version, resource.kind)] = resource
+        self.discovery = found
+        return found
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        resource = self.discovery.find(api_version, kind)
+        if resource is None:
+            raise NotFound(404, "NotFound", f"the cluster does not serve {kind} in {api_version}")
+        return resource
+
+    # --- objects ---------------------------------------------------------------------------
+
+    def _locate(self, obj: dict[str, Any]) -> tuple[Resource, str | None, str]:
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        meta = obj.get("metadata", {})
+        return resource, (meta.get("namespace") if resource.namespaced else None), meta["name"]
+
+    async def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        resource = self.resource(api_version, kind)
+        return dict(await self.request("GET", resource.path(namespace if resource.namespaced else None, name)))
+
+    async def get_or_none(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return await self.get(api_version, kind, name, namespace)
+        except NotFound:
+            return None
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+    ) -> tuple[list[Any], str]:
+        resource = self.resource(api_version, kind)
+        query = [("labelSelector", label_selector)] if label_selector else []
+        listing = await self.request("GET", resource.path(namespace if resource.namespaced else None), query=query)
+        return list(listing.get("items", [])), str(listing.get("metadata", {}).get("resourceVersion", ""))
+
+    async def apply(self, obj: dict[str, Any], *, manager: str, subresource: str | None = None, force: bool = True) -> dict[str, Any]:
+        """Server-side apply: the fields in `obj` are this manager's; the API server merges and tracks ownership."""
+        resource, namespace, name = self._locate(obj)
+        query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
+        return dict(await self.request("PATCH", resource.path(namespace, name, subresource), query=query, body=obj, content_type=APPLY))
+
+    async def patch(self, obj: dict[str, Any], patch: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        resource, namespace, name = self._locate(obj)
+        return dict(await self.request("PATCH", resource.path(namespace, name, subresource), body=patch, content_type=MERGE))
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        resource, namespace, _ = self._locate(obj)
+        return dict(await self.request("POST", resource.path(namespace), body=obj))
+
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete (background propagation); False when it was already gone."""
+        resource = self.resource(api_version, kind)
+        try:
+            await self.request(
+                "DELETE",
+                resource.path(namespace if resource.namespaced else None, name),
+                body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+            )
+        except NotFound:
+            return False
+        return True
+
+    async def watch(
+        self,
+        api_version: str,
+        kind: str,
+        resource_version: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout: int = 300,
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(type, object) pairs from `resource_version` on; raises Gone when that version is too old."""
+        resource = self.resource(api_version, kind)
+        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout)]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            response = await self.api.call_api(
+                resource.path(namespace if resource.namespaced else None),
+                "GET",
+                query_params=query,
+                header_params={"Accept": JSON},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout + 30,
+            )
+        except ApiException as exc:
+            raise _error(exc) from None
+        try:
+            if response.status == 410:
+                raise Gone(410, "Expired", "too old resource version")
+            if response.status >= 400:
+                raise KubeError(response.status, "WatchFailed", (await response.read()).decode(errors="replace")[:200])
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object", {})
+                    if status.get("code") == 410:
+                        raise Gone(410, status.get("reason", "Expired"), status.get("message", "too old resource version"))
+                    raise KubeError(int(status.get("code", 500)), status.get("reason", "WatchError"), status.get("message", ""))
+                yield event["type"], event["object"]
+        finally:
+            response.release()

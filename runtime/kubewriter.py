@@ -1,0 +1,61 @@
+"""The Kubernetes writer: server-side apply with one field manager per service, and nothing
+written over an object Jetway does not own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from contracts.subjects import Key
+from runtime.kube import Kube, KubeError, NotFound
+
+
+class ResourceConflict(Exception):
+    """An object of that name exists and is not controlled by the resource that wants it."""
+
+
+class NotServed(Exception):
+    """The cluster does not serve a kind Jetway needs to write (its operator is not installed)."""
+
+
+def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return next((o for o in obj.get("metadata", {}).get("ownerReferences") or [] if o.get("controller")), None)
+
+
+class KubeWriter:
+    cluster = True
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    async def _resource_known(self, obj: dict[str, Any]) -> None:
+        if self.kube.discovery.find(obj["apiVersion"], obj["kind"]) is None:
+            await self.kube.discover()  # a CRD may have appeared since
+            if self.kube.discovery.find(obj["apiVersion"], obj["kind"]) is None:
+                raise NotServed(f"the cluster does not serve {obj['kind']} ({obj['apiVersion']}): is its operator installed?")
+
+    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+        for obj in objects:
+            await self._resource_known(obj)
+            meta = obj["metadata"]
+            existing = await self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            wanted = _controller(obj)
+            if existing is not None and wanted is not None:
+                current = _controller(existing)
+                if current is None or current.get("uid") != wanted.get("uid"):
+                    held = f"owned by {current['kind']}/{current['name']} (uid {current['uid']})" if current else "not owned by anything"
+                    raise ResourceConflict(
+                        f"resource {meta.get('namespace', '')}/{meta['name']} exists but is not managed by this {owner.kind} ({held})"
+                    )
+            try:
+                await self.kube.apply(obj, manager=f"jetway-{manager}")
+            except KubeError as exc:
+                raise KubeError(exc.status, exc.reason, f"{obj['kind']}/{meta['name']}: {exc.message}") from None
+
+    async def delete(self, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+        for obj in objects:
+            meta = obj["metadata"]
+            try:
+                await self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            except NotFound:
+                continue

@@ -1,0 +1,247 @@
+"""The API emulator behaves as a real API server does (run with KUBECONFIG set to check against one)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from runtime.kube import Gone, KubeError, NotFound
+from tests.contracts.cases import MD
+from tests.support.cluster import Cluster
+
+
+def deployment(namespace: str, name: str = "web", replicas: int = 1, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+    }
+
+
+async def test_create_assigns_identity_and_versions_increase(cluster: Cluster) -> None:
+    first = await cluster.kube.create(deployment(cluster.namespace, "a"))
+    second = await cluster.kube.create(deployment(cluster.namespace, "b"))
+    assert first["metadata"]["uid"] != second["metadata"]["uid"]
+    assert first["metadata"]["creationTimestamp"] and first["metadata"]["generation"] == 1
+    assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+    with pytest.raises(KubeError) as exists:
+        await cluster.kube.create(deployment(cluster.namespace, "a"))
+    assert exists.value.status == 409 and exists.value.reason == "AlreadyExists"
+    with pytest.raises(NotFound):
+        await cluster.kube.get("apps/v1", "Deployment", "nope", cluster.namespace)
+
+
+async def test_update_with_a_stale_version_is_a_conflict(cluster: Cluster) -> None:
+    created = await cluster.kube.create(deployment(cluster.namespace))
+    path = cluster.kube.resource("apps/v1", "Deployment").path(cluster.namespace, "web")
+    fresh = copy.deepcopy(created)
+    fresh["spec"]["replicas"] = 2
+    updated = await cluster.kube.request("PUT", path, body=fresh)
+    stale = copy.deepcopy(created)
+    stale["spec"]["replicas"] = 3
+    with pytest.raises(KubeError) as conflict:
+        await cluster.kube.request("PUT", path, body=stale)
+    assert conflict.value.status == 409 and conflict.value.reason == "Conflict"
+    assert updated["spec"]["replicas"] == 2
+
+
+async def test_generation_moves_with_the_spec_only(cluster: Cluster) -> None:
+    created = await cluster.kube.create(deployment(cluster.namespace))
+    labelled = await cluster.kube.patch(created, {"metadata": {"labels": {"team": "ml"}}})
+    assert labelled["metadata"]["generation"] == 1
+    status = await cluster.kube.patch(created, {"status": {"observedGeneration": 1, "replicas": 0}}, subresource="status")
+    assert status["metadata"]["generation"] == 1
+    scaled = await cluster.kube.patch(created, {"spec": {"replicas": 4}})
+    assert scaled["metadata"]["generation"] == 2
+
+
+async def test_status_subresource_is_apart_from_the_main_resource(cluster: Cluster) -> None:
+    created = await cluster.kube.create(deployment(cluster.namespace))
+    main = await cluster.kube.patch(created, {"status": {"replicas": 7}})
+    assert main.get("status", {}).get("replicas") != 7, "the main resource ignores status"
+    status = await cluster.kube.patch(created, {"spec": {"replicas": 9}, "status": {"replicas": 3}}, subresource="status")
+    assert status["status"]["replicas"] == 3 and status["spec"]["replicas"] == 1, "the status subresource ignores spec"
+
+
+async def test_json_patch(cluster: Cluster) -> None:
+    created = await cluster.kube.create(deployment(cluster.namespace))
+    path = cluster.kube.resource("apps/v1", "Deployment").path(cluster.namespace, "web")
+    patched = await cluster.kube.request(
+        "PATCH",
+        path,
+        body=[{"op": "replace", "path": "/spec/replicas", "value": 5}, {"op": "add", "path": "/metadata/labels/tier", "value": "gold"}],
+        content_type="application/json-patch+json",
+    )
+    assert patched["spec"]["replicas"] == 5 and patched["metadata"]["labels"]["tier"] == "gold"
+    assert created["metadata"]["resourceVersion"] != patched["metadata"]["resourceVersion"]
+
+
+async def test_server_side_apply_owns_fields_per_manager(cluster: Cluster) -> None:
+    obj = deployment(cluster.namespace)
+    created = await cluster.kube.apply(obj, manager="alpha")
+    assert created["spec"]["replicas"] == 1
+    again = await cluster.kube.apply(obj, manager="alpha")
+    assert again["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"], "an unchanged apply changes nothing"
+    other = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": cluster.namespace},
+        "spec": {"replicas": 3},
+    }
+    with pytest.raises(KubeError) as conflict:
+        await cluster.kube.apply(other, manager="beta", force=False)
+    assert conflict.value.status == 409
+    taken = await cluster.kube.apply(other, manager="beta", force=True)
+    assert taken["spec"]["replicas"] == 3
+    labelled = copy.deepcopy(obj)
+    labelled["metadata"]["labels"]["extra"] = "yes"
+    del labelled["spec"]["replicas"]
+    with_label = await cluster.kube.apply(labelled, manager="alpha")
+    assert with_label["metadata"]["labels"]["extra"] == "yes"
+    del labelled["metadata"]["labels"]["extra"]
+    without = await cluster.kube.apply(labelled, manager="alpha")
+    assert "extra" not in without["metadata"]["labels"], "a field a manager stops applying is removed"
+    assert without["spec"]["replicas"] == 3, "beta's field stays"
+
+
+async def test_two_managers_conditions_live_side_by_side(cluster: Cluster) -> None:
+    await cluster.install_crds()
+    md = copy.deepcopy(MD)
+    md["metadata"]["namespace"] = cluster.namespace
+    await cluster.kube.apply(md, manager="user")
+    ref = {"apiVersion": MD["apiVersion"], "kind": MD["kind"], "metadata": {"name": "qwen", "namespace": cluster.namespace}}
+
+    def condition(type_: str, status: str) -> dict[str, Any]:
+        return {"type": type_, "status": status, "reason": "Testing", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    await cluster.kube.apply(
+        {**ref, "status": {"conditions": [condition("ProviderSelected", "True")]}}, manager="selector", subresource="status"
+    )
+    await cluster.kube.apply(
+        {**ref, "status": {"conditions": [condition("Ready", "False")], "phase": "Deploying"}}, manager="workload", subresource="status"
+    )
+    status = (await cluster.kube.get(MD["apiVersion"], "ModelDeployment", "qwen", cluster.namespace))["status"]
+    assert {c["type"] for c in status["conditions"]} == {"ProviderSelected", "Ready"}
+    await cluster.kube.apply(
+        {**ref, "status": {"conditions": [condition("Ready", "True")], "phase": "Running"}}, manager="workload", subresource="status"
+    )
+    status = (await cluster.kube.get(MD["apiVersion"], "ModelDeployment", "qwen", cluster.namespace))["status"]
+    assert {(c["type"], c["status"]) for c in status["conditions"]} == {("ProviderSelected", "True"), ("Ready", "True")}
+    assert status["phase"] == "Running"
+
+
+async def test_label_selectors(cluster: Cluster) -> None:
+    await cluster.kube.create(deployment(cluster.namespace, "a", labels={"app": "a", "tier": "web"}))
+    await cluster.kube.create(deployment(cluster.namespace, "b", labels={"app": "b", "tier": "db"}))
+    await cluster.kube.create(deployment(cluster.namespace, "c", labels={"app": "c"}))
+
+    async def names(selector: str) -> list[str]:
+        items, _ = await cluster.kube.list("apps/v1", "Deployment", cluster.namespace, selector)
+        return sorted(i["metadata"]["name"] for i in items)
+
+    assert await names("tier=web") == ["a"]
+    assert await names("tier!=web") == ["b", "c"]
+    assert await names("tier in (web,db)") == ["a", "b"]
+    assert await names("tier notin (web)") == ["b", "c"]
+    assert await names("tier") == ["a", "b"]
+    assert await names("!tier") == ["c"]
+    assert await names("app=a,tier=web") == ["a"]
+
+
+async def test_list_then_watch_from_a_version(cluster: Cluster) -> None:
+    await cluster.kube.create(deployment(cluster.namespace, "before"))
+    items, version = await cluster.kube.list("apps/v1", "Deployment", cluster.namespace)
+    assert [i["metadata"]["name"] for i in items] == ["before"]
+    seen: list[tuple[str, str]] = []
+
+    async def watch() -> None:
+        async for kind, obj in cluster.kube.watch("apps/v1", "Deployment", version, namespace=cluster.namespace, timeout=30):
+            if kind != "BOOKMARK":
+                seen.append((kind, obj["metadata"]["name"]))
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(watch())
+    created = await cluster.kube.create(deployment(cluster.namespace, "after"))
+    await cluster.kube.patch(created, {"spec": {"replicas": 2}})
+    await cluster.kube.delete("apps/v1", "Deployment", "after", cluster.namespace)
+    await asyncio.wait_for(task, 20)
+    assert seen == [("ADDED", "after"), ("MODIFIED", "after"), ("DELETED", "after")]
+
+
+async def test_watch_sends_bookmarks_and_410_for_a_version_too_old(cluster: Cluster) -> None:
+    emulator = cluster.need_emulator()
+    _, version = await cluster.kube.list("apps/v1", "Deployment", cluster.namespace)
+    kinds = []
+    async for kind, obj in cluster.kube.watch("apps/v1", "Deployment", version, namespace=cluster.namespace, timeout=30):
+        kinds.append(kind)
+        if kind == "BOOKMARK":
+            assert int(obj["metadata"]["resourceVersion"]) >= int(version)
+            break
+    await cluster.kube.create(deployment(cluster.namespace))
+    emulator.compact()
+    with pytest.raises(Gone):
+        async for _ in cluster.kube.watch("apps/v1", "Deployment", version, namespace=cluster.namespace, timeout=5):
+            pass
+
+
+async def test_finalizers_hold_deletion_until_removed(cluster: Cluster) -> None:
+    obj = deployment(cluster.namespace)
+    obj["metadata"]["finalizers"] = ["example.com/cleanup"]
+    created = await cluster.kube.create(obj)
+    await cluster.kube.delete("apps/v1", "Deployment", "web", cluster.namespace)
+    held = await cluster.kube.get("apps/v1", "Deployment", "web", cluster.namespace)
+    assert held["metadata"]["deletionTimestamp"]
+    await cluster.kube.patch(created, {"metadata": {"finalizers": None}})
+    with pytest.raises(NotFound):
+        await cluster.kube.get("apps/v1", "Deployment", "web", cluster.namespace)
+
+
+async def test_dependents_are_garbage_collected(cluster: Cluster) -> None:
+    owner = await cluster.kube.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": cluster.namespace}}
+    )
+    child = deployment(cluster.namespace, "child")
+    child["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]
+    await cluster.kube.create(child)
+    await cluster.kube.delete("v1", "ConfigMap", "owner", cluster.namespace)
+    for _ in range(100):
+        if await cluster.kube.get_or_none("apps/v1", "Deployment", "child", cluster.namespace) is None:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the dependent was not collected")
+
+
+async def test_discovery_changes_when_a_crd_is_added(cluster: Cluster) -> None:
+    before = await cluster.kube.discover()
+    if before.find("airunway.ai/v1alpha1", "ModelDeployment") and cluster.real:
+        pytest.skip("the CRDs are already installed in this cluster")
+    assert before.find("airunway.ai/v1alpha1", "ModelDeployment") is None
+    await cluster.install_crds()
+    after = cluster.kube.discovery
+    resource = after.find("airunway.ai/v1alpha1", "ModelDeployment")
+    assert resource is not None and resource.namespaced and "status" in resource.subresources
+    assert after.serves("airdress.co/v1alpha1", "inferencepoolmembers")
+
+
+async def test_custom_resources_are_defaulted_and_validated(cluster: Cluster) -> None:
+    await cluster.install_crds()
+    md = copy.deepcopy(MD)
+    md["metadata"]["namespace"] = cluster.namespace
+    created = await cluster.kube.create(md)
+    assert created["spec"]["model"]["source"] == "huggingface", "CRD defaults are applied"
+    assert created["spec"]["engine"]["enablePrefixCaching"] is True
+    bad = copy.deepcopy(md)
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["model"]["storage"] = {"volumes": [{"name": "c", "purpose": "modelCache"}]}
+    with pytest.raises(KubeError) as invalid:
+        await cluster.kube.create(bad)
+    assert invalid.value.status == 422 and "claimName is required" in invalid.value.message

@@ -1,0 +1,67 @@
+"""A Kubernetes API for tests: the emulator, or a real cluster when KUBECONFIG is set."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime.kube import Kube, KubeError
+from tests.support.kubeemu import KubeEmulator
+
+CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+
+
+@dataclass
+class Cluster:
+    kube: Kube
+    namespace: str
+    emulator: KubeEmulator | None
+
+    @property
+    def real(self) -> bool:
+        return self.emulator is None
+
+    def need_emulator(self) -> KubeEmulator:
+        if self.emulator is None:
+            pytest.skip("needs the emulator's test hooks (a real cluster is in use: KUBECONFIG is set)")
+        return self.emulator
+
+    async def install_crds(self) -> None:
+        for path in sorted(CRDS.glob("*.yaml")):
+            if path.name == "kustomization.yaml":
+                continue
+            crd = yaml.safe_load(path.read_text())
+            with contextlib.suppress(KubeError):
+                await self.kube.apply(crd, manager="jetway-tests")
+        await self.kube.discover()
+
+
+@contextlib.asynccontextmanager
+async def cluster_for_tests() -> AsyncIterator[Cluster]:
+    if os.environ.get("KUBECONFIG"):
+        kube = await Kube.connect()
+        await kube.discover()
+        namespace = f"jetway-test-{uuid.uuid4().hex[:8]}"
+        await kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        try:
+            yield Cluster(kube, namespace, None)
+        finally:
+            with contextlib.suppress(KubeError):
+                await kube.delete("v1", "Namespace", namespace)
+            await kube.close()
+        return
+    emulator = await KubeEmulator(bookmark_interval=0.2).start()
+    kube = Kube.at(emulator.url)
+    await kube.discover()
+    try:
+        yield Cluster(kube, "default", emulator)
+    finally:
+        await kube.close()
+        await emulator.stop()
