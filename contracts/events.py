@@ -80,6 +80,10 @@ class Decision(Event, frozen=True):
     generation: int = 0
     status: StatusSlice = StatusSlice()
 
+    def holds_objects(self) -> bool:
+        """Whether objects in a cluster stand for this decision (they must go before the resource does)."""
+        return False
+
 
 class StatusReported(Decision, frozen=True, tag="StatusReported.v1"):
     """An owner's observed status, with no decision beyond it."""

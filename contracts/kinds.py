@@ -108,7 +108,9 @@ def resolve_kind(reference: str) -> KindInfo | None:
     return None
 
 
-_BY_TOKEN = {info.token: info.kind for info in KINDS.values()}
+# Keys of what the cluster tells Jetway about, beyond its own kinds (Kubernetes mode).
+OBSERVED_KINDS = ("Cluster", "Gateway")
+_BY_TOKEN = {info.token: info.kind for info in KINDS.values()} | {kind.lower(): kind for kind in OBSERVED_KINDS}
 
 
 def kind_of_token(token: str) -> str:

@@ -104,6 +104,11 @@ class Effects:
     def store(self) -> EventStore:
         return self.runner.store
 
+    @property
+    def level(self) -> bool:
+        """A level-triggered pass (start-up or resync), not an event: re-assert everything written."""
+        return self.cause is None
+
     async def emit(self, key: Key, event: Event, *, facet: str | None = None) -> Envelope:
         """Record a decision about `key` on this service's facet (or another facet it owns)."""
         subject = key.subject(facet or self.runner.service.name)
@@ -134,6 +139,7 @@ class Runner:
         self.durable = f"jetway-{service.name}"
         self.ready = asyncio.Event()
         self.lag = 0
+        self.passes = 0  # level-triggered passes over every key completed (start-up, resyncs)
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._limit = asyncio.Semaphore(self.settings.concurrency)
@@ -203,6 +209,7 @@ class Runner:
         for error in results:
             if isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError):
                 log.warning("reconcile failed: %s", error, extra={"service": self.service.name})
+        self.passes += 1
 
     # --- consuming -------------------------------------------------------------------------
 

@@ -379,3 +379,18 @@ def _same_managed_volume(a: StorageVolume, b: StorageVolume) -> bool:
         return False
     fields = ("name", "claimName", "mountPath", "purpose", "readOnly", "accessMode", "storageClassName")
     return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def check_provider_switch(recorded: str | None, new: ModelDeployment) -> list[Problem]:
+    """`spec.provider.name` may not move away from the provider already selected (status.provider.name):
+    the old provider's objects would be orphaned; delete and recreate instead."""
+    wanted = new.spec.provider.name if new.spec.provider else None
+    if recorded and wanted and wanted != recorded:
+        return [
+            at(
+                ["spec", "provider", "name"],
+                f'changing spec.provider.name from "{recorded}" to "{wanted}" after a provider has been '
+                "selected is not supported; delete and recreate the ModelDeployment to use a different provider",
+            )
+        ]
+    return []

@@ -1,5 +1,4 @@
-import asyncio
+from runtime import entry
+from services.gateway.main import NAME, start
 
-from services.gateway.main import main
-
-asyncio.run(main())
+entry.main(NAME, start)

@@ -1,22 +1,17 @@
-"""Entry point: `python -m services.gateway` (one service per process, as in a cluster).
+"""Entry point: `python -m services.gateway` (see runtime/entry.py for the common environment).
 
-Reads JETWAY_NATS_URL, JETWAY_ROUTER_HOST/PORT, JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR,
+Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR,
 JETWAY_ALLOW_LINK_LOCAL. `jetway up` builds the same objects in one process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from nats.aio.client import Client
 
-from runtime import logs, telemetry
-from runtime.bus import connect
-from runtime.process import settle_heap
+from runtime.entry import Context, Stop
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runner, RunnerSettings
 from services.gateway import router
@@ -24,6 +19,8 @@ from services.gateway.handlers import DEFAULT_PROBE_INTERVAL, GatewayService
 from services.gateway.probe import Prober
 from services.gateway.signal import SignalClient
 from services.gateway.upstream import UpstreamPool
+
+NAME = "gateway"
 
 
 @dataclass
@@ -53,32 +50,24 @@ def build(
     return Gateway(service, runner, routes)
 
 
-async def main() -> None:
-    logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
-    telemetry.setup("gateway")
-    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name="gateway")
-    secrets = FileSecrets(Path(os.environ.get("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
+async def start(context: Context) -> list[Runner]:
+    secrets = FileSecrets(Path(context.env("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
     gateway = build(
-        nc,
+        context.nc,
         secrets,
-        probe_interval=float(os.environ.get("JETWAY_PROBE_INTERVAL", DEFAULT_PROBE_INTERVAL)),
-        allow_link_local=os.environ.get("JETWAY_ALLOW_LINK_LOCAL") == "true",
+        probe_interval=float(context.env("JETWAY_PROBE_INTERVAL", str(DEFAULT_PROBE_INTERVAL))),
+        allow_link_local=context.env("JETWAY_ALLOW_LINK_LOCAL") == "true",
     )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, gateway.runner.stop)
-    task = asyncio.create_task(gateway.runner.run())
-    await gateway.runner.ready.wait()
-    settle_heap()
-    server, _ = await router.serve(
-        gateway.routes, os.environ.get("JETWAY_ROUTER_HOST", "0.0.0.0"), int(os.environ.get("JETWAY_ROUTER_PORT", "8080"))
-    )
-    try:
-        await task
-    finally:
-        server.close()
-        await nc.drain()
 
+    async def serve_router() -> Stop:
+        server, _ = await router.serve(
+            gateway.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080"))
+        )
 
-if __name__ == "__main__":
-    asyncio.run(main())
+        async def stop() -> None:
+            server.close()
+
+        return stop
+
+    context.after_ready.append(serve_router)
+    return [gateway.runner]

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from contracts.conditions import carried, same_decision
 from contracts.events import Envelope, StatusReported
+from contracts.objects import PAUSED
 from contracts.pipeline import ProviderSelected, SelectionFailed
 from contracts.subjects import SPEC, Key, kind_filter
 from runtime.service import Effects, Service
@@ -46,8 +47,8 @@ class SelectorService(Service):
             await self._reconcile_provider(key, effects)
             return
         deployment = self.state.deployments.get(key)
-        if deployment is None:
-            return
+        if deployment is None or (deployment.md.metadata.annotations or {}).get(PAUSED) == "true":
+            return  # paused: the user has taken the wheel
         previous = deployment.decision if isinstance(deployment.decision, ProviderSelected) else None
         outcome = decide.select(deployment.md, deployment.generation, previous, self.state.views())
         for provider, failures in outcome.rule_failures.items():

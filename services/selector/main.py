@@ -1,34 +1,13 @@
-"""Entry point: `python -m services.selector` (one service per process, as in a cluster). Reads JETWAY_NATS_URL."""
+"""Entry point: `python -m services.selector` (see runtime/entry.py for the environment it reads)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-
-from runtime import logs, telemetry
-from runtime.bus import connect
-from runtime.process import settle_heap
+from runtime.entry import Context
 from runtime.service import Runner
 from services.selector.handlers import SelectorService
 
-
-async def main() -> None:
-    logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
-    telemetry.setup("selector")
-    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name="selector")
-    runner = Runner(SelectorService(), nc)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, runner.stop)
-    task = asyncio.create_task(runner.run())
-    await runner.ready.wait()
-    settle_heap()
-    try:
-        await task
-    finally:
-        await nc.drain()
+NAME = "selector"
 
 
-if __name__ == "__main__":
-    asyncio.run(main())
+async def start(context: Context) -> list[Runner]:
+    return [Runner(SelectorService(), context.nc)]

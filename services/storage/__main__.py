@@ -1,5 +1,4 @@
-import asyncio
+from runtime import entry
+from services.storage.main import NAME, start
 
-from services.storage.main import main
-
-asyncio.run(main())
+entry.main(NAME, start)

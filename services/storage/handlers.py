@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from contracts.admission import stored
-from contracts.cluster import DeletionRequested, ObjectObserved
+from contracts.cluster import OBSERVED, DeletionRequested, ObjectObserved
 from contracts.conditions import carried, same_decision
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted, Withdrawn
 from contracts.modeldeployment import ModelDeployment
@@ -18,7 +18,6 @@ from runtime.writer import RecordedWriter, Writer
 from services.storage.decide import Observed, plan
 
 SELF = "storage"
-OBSERVED = "observed"
 
 
 @dataclass
@@ -31,6 +30,7 @@ class Deployment:
     deleting: bool = False
     pvc_phases: dict[str, str] = field(default_factory=dict)  # what the cluster reports (Kubernetes mode)
     job: str = ""
+    gone: set[str] = field(default_factory=set)  # claims reported deleted (by hand): written again
 
     def observed(self) -> Observed:
         return Observed(dict(self.pvc_phases), self.job)
@@ -77,8 +77,10 @@ class StorageState:
             if event.object_kind == "PersistentVolumeClaim":
                 if event.exists:
                     deployment.pvc_phases[event.object_name] = str(event.summary.get("phase", "Pending"))
+                    deployment.gone.discard(event.object_name)
                 else:
                     deployment.pvc_phases.pop(event.object_name, None)
+                    deployment.gone.add(event.object_name)
             elif event.object_kind == "Job":
                 deployment.job = _job_state(event)
         elif envelope.facet == SELF and isinstance(event, Decision):
@@ -113,7 +115,11 @@ class StorageService(Service):
         if deployment.paused:
             return
         decision = carried(plan(deployment.md, key, deployment.generation, deployment.uid, deployment.observed()), deployment.last)
-        if isinstance(decision, StoragePlanned) and decision.objects:
+        if (
+            isinstance(decision, StoragePlanned)
+            and decision.objects
+            and (effects.level or deployment.gone or not same_decision(decision, deployment.last))
+        ):
             await self.writer.apply(key, list(decision.objects), manager=self.name)
         if not same_decision(decision, deployment.last):
             await effects.emit(key, decision)

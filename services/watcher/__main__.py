@@ -1,5 +1,4 @@
-import asyncio
+from runtime import entry
+from services.watcher.main import NAME, start
 
-from services.watcher.main import main
-
-asyncio.run(main())
+entry.main(NAME, start)

@@ -15,6 +15,9 @@ from typing import Any, Literal
 from contracts.events import ResourceApplied
 from contracts.kinds import KINDS
 from contracts.meta import WireModel
+from contracts.poolmember import InferencePoolMember
+from contracts.problems import Problem
+from contracts.rules.urls import refused_address, url_host
 from contracts.subjects import Key
 from runtime.resources import ResourceState
 
@@ -102,3 +105,12 @@ def plan(obj: WireModel, current: ResourceState | None, *, requested_version: st
         None if dry_run else event,
         current.resource_version,
     )
+
+
+def policy(obj: WireModel, *, allow_link_local: bool) -> list[Problem]:
+    """Apply-time policy beyond the contract: addresses Jetway refuses to dial."""
+    if isinstance(obj, InferencePoolMember) and obj.spec.url:
+        why = refused_address(url_host(obj.spec.url), allow_link_local=allow_link_local)
+        if why:
+            return [Problem(path="spec.url", message=f"{why}; Jetway does not dial it unless started with --allow-link-local")]
+    return []

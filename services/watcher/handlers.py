@@ -7,24 +7,28 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from contracts.admission import Admission, admit
-from contracts.events import Envelope, ResourceDeleted, StatusReported, StatusSlice
+from contracts.cluster import OBSERVED
+from contracts.events import Envelope, Event, ResourceDeleted, StatusReported, StatusSlice
 from contracts.gateway import PROBE_SIGNALS, ProbeSignal
 from contracts.kinds import KINDS
-from contracts.meta import WireModel
-from contracts.poolmember import InferencePoolMember
+from contracts.modeldeployment import ModelDeployment
 from contracts.problems import Problem
-from contracts.rules.urls import refused_address, url_host
+from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import ALL_EVENTS, SPEC, Key
 from runtime.eventstore import Conflict
 from runtime.resources import ResourceState
-from runtime.service import Runner, Service
-from services.watcher.apply import Plan, Stale, key_of, plan
+from runtime.service import Effects, Runner, Service
+from services.watcher.apply import Plan, Stale, key_of, plan, policy
+from services.watcher.ingest import typed
 from services.watcher.projection import WatcherState
+
+if TYPE_CHECKING:
+    from services.watcher.cluster import ClusterSync
 
 log = logging.getLogger("jetway.watcher")
 REPORTED = "reported"  # the facet of a status a provider config was applied with
@@ -47,37 +51,50 @@ class WatcherService(Service):
     name = "watcher"
     consumes = (ALL_EVENTS,)
 
-    def __init__(self, *, allow_link_local: bool = False) -> None:
+    def __init__(self, *, allow_link_local: bool = False, cluster: ClusterSync | None = None, resync_interval: float | None = None) -> None:
         self.state = WatcherState()
         self.allow_link_local = allow_link_local
         self.runner: Runner | None = None
+        self.cluster = cluster  # Kubernetes mode: the cluster in, status and finalizers out
+        self.resync_interval = resync_interval
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
         self.rebuilt_count = 0
 
     def fold(self, envelope: Envelope) -> None:
-        self.state.resources.fold(envelope)
+        self.state.fold(envelope)
 
     def rebuilt(self) -> None:
         self.rebuilt_count = len(self.state.resources.items)
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
-        return ()  # standalone, the watcher has nothing to reconcile: it only answers questions
+        # Standalone, the watcher only answers questions; in a cluster, each decision is written back as status.
+        if self.cluster is None or envelope.key.kind not in KINDS or envelope.facet == OBSERVED:
+            return ()
+        return (envelope.key,)
+
+    def keys(self) -> Iterable[Key]:
+        return list(self.state.resources.items) if self.cluster is not None else []
+
+    async def reconcile(self, key: Key, effects: Effects) -> None:
+        if self.cluster is not None:
+            await self.cluster.reconcile(key)
+
+    async def record(self, key: Key, event: Event, facet: str) -> None:
+        """Record what the cluster showed (Kubernetes mode): appended after the facet's last event."""
+        assert self.runner is not None
+        subject = key.subject(facet)
+        async with self._lock:
+            for _ in range(3):
+                try:
+                    stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
+                except Conflict:
+                    await self.runner.refresh(subject)
+                    continue
+                self.runner.fold(stored)
+                return
+        raise Conflict(subject, 0, None)
 
     # --- applying --------------------------------------------------------------------------
-
-    def _typed(self, state: ResourceState) -> WireModel:
-        doc = state.manifest()
-        doc.pop("status", None)
-        doc["metadata"] = {k: v for k, v in doc["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
-        return KINDS[state.key.kind].model.model_validate(doc)
-
-    def _policy(self, obj: WireModel) -> list[Problem]:
-        """Apply-time policy beyond the contract: addresses Jetway refuses to dial."""
-        if isinstance(obj, InferencePoolMember) and obj.spec.url:
-            why = refused_address(url_host(obj.spec.url), allow_link_local=self.allow_link_local)
-            if why:
-                return [Problem(path="spec.url", message=f"{why}; Jetway does not dial it unless started with --allow-link-local")]
-        return []
 
     def admit(self, doc: Any) -> tuple[Admission, ResourceState | None]:
         """Admission against what is stored (so update rules apply)."""
@@ -85,9 +102,11 @@ class WatcherService(Service):
         if first.obj is None:
             return first, None
         current = self.state.resources.items.get(key_of(first.obj))
-        verdict = admit(doc, old=self._typed(current)) if current is not None else first
+        verdict = admit(doc, old=typed(current)) if current is not None else first
         if verdict.obj is not None:
-            verdict.problems += self._policy(verdict.obj)
+            verdict.problems += policy(verdict.obj, allow_link_local=self.allow_link_local)
+            if isinstance(verdict.obj, ModelDeployment) and current is not None:
+                verdict.problems += md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj)
         return verdict, current
 
     async def apply(self, doc: Any, *, dry_run: bool) -> tuple[Plan, Admission] | Refused:
@@ -172,7 +191,7 @@ class WatcherService(Service):
 
         sub = await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
         try:
-            await asyncio.Event().wait()
+            await (self.cluster.run() if self.cluster is not None else asyncio.Event().wait())
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -1,23 +1,36 @@
-"""Entry point: `python -m services.watcher` (standalone apply API on a given NATS).
+"""Entry point: `python -m services.watcher` (see runtime/entry.py for the common environment).
 
-Reads JETWAY_NATS_URL, JETWAY_API_HOST/PORT, JETWAY_API_TOKEN. `jetway up` builds the same
-objects in one process.
+Standalone: the apply API (JETWAY_API_HOST/PORT, JETWAY_API_TOKEN required). In a cluster:
+the list-then-watch ingest, status and finalizers (namespace JETWAY_WATCH_NAMESPACE, default
+all), and the admission webhook over TLS (JETWAY_WEBHOOK_PORT, 9443) with its certificate in
+the Secret JETWAY_WEBHOOK_SECRET of JETWAY_NAMESPACE, for the Service JETWAY_WEBHOOK_SERVICE.
+`jetway up` builds the standalone objects in one process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
+import base64
+import contextlib
+import logging
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from nats.aio.client import Client
 
-from runtime import logs, telemetry
-from runtime.bus import connect
-from runtime.process import settle_heap
+from runtime.entry import Context, Stop
+from runtime.kube import Kube, KubeError, NotFound
 from runtime.service import Runner, RunnerSettings
+from services.watcher import certs, webhook
+from services.watcher.cluster import ClusterSync
 from services.watcher.handlers import WatcherService
+
+NAME = "watcher"
+WEBHOOKS = (
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+)
+log = logging.getLogger("jetway.watcher")
 
 
 @dataclass
@@ -26,38 +39,116 @@ class Watcher:
     runner: Runner
 
 
-def build(nc: Client, *, allow_link_local: bool = False, settings: RunnerSettings | None = None) -> Watcher:
-    service = WatcherService(allow_link_local=allow_link_local)
+def build(
+    nc: Client,
+    *,
+    allow_link_local: bool = False,
+    settings: RunnerSettings | None = None,
+    cluster: Kube | None = None,
+    namespace: str | None = None,
+    resync_interval: float | None = None,
+) -> Watcher:
+    service = WatcherService(allow_link_local=allow_link_local, resync_interval=resync_interval)
+    if cluster is not None:
+        service.cluster = ClusterSync(cluster, service, namespace=namespace)
     runner = Runner(service, nc, settings)
     service.runner = runner
     return Watcher(service, runner)
 
 
-async def main() -> None:
-    from services.watcher import api
+async def ensure_certificate(kube: Kube, namespace: str, secret: str, service: str, webhook_name: str) -> certs.Issued:
+    """The webhook's certificate from its Secret, issued (again) when missing or expiring, and the
+    CA bundle in the webhook configurations named `webhook_name`."""
+    names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    found = await kube.get_or_none("v1", "Secret", secret, namespace)
+    data = (found or {}).get("data") or {}
+    stored = {k: base64.b64decode(data[k]) for k in ("ca.crt", "tls.crt", "tls.key") if k in data}
+    if len(stored) == 3 and not certs.needs_renewal(stored["tls.crt"], names):
+        issued = certs.Issued(stored["ca.crt"], stored["tls.crt"], stored["tls.key"])
+    else:
+        issued = certs.issue(names)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": secret, "namespace": namespace},
+            "data": {
+                "ca.crt": base64.b64encode(issued.ca_pem).decode(),
+                "tls.crt": base64.b64encode(issued.cert_pem).decode(),
+                "tls.key": base64.b64encode(issued.key_pem).decode(),
+            },
+        }
+        await kube.apply(body, manager="jetway-watcher")
+        log.info("issued the webhook certificate for %s", ", ".join(names))
+    bundle = base64.b64encode(issued.ca_pem).decode()
+    for api_version, kind in WEBHOOKS:
+        try:
+            config = await kube.get(api_version, kind, webhook_name)
+        except NotFound:
+            continue
+        hooks = [{"name": h["name"], "clientConfig": {"caBundle": bundle}} for h in config.get("webhooks", [])]
+        if any(h.get("clientConfig", {}).get("caBundle") != bundle for h in config.get("webhooks", [])):
+            await kube.apply(
+                {"apiVersion": api_version, "kind": kind, "metadata": {"name": webhook_name}, "webhooks": hooks}, manager="jetway-watcher"
+            )
+    return issued
 
-    logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
-    telemetry.setup("watcher")
-    token = os.environ.get("JETWAY_API_TOKEN", "")
-    if not token:
-        raise SystemExit("JETWAY_API_TOKEN must be set: the apply API never runs without a token")
-    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name="watcher")
-    watcher = build(nc, allow_link_local=os.environ.get("JETWAY_ALLOW_LINK_LOCAL") == "true")
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, watcher.runner.stop)
-    task = asyncio.create_task(watcher.runner.run())
-    await watcher.runner.ready.wait()
-    settle_heap()
-    site, _ = await api.serve(
-        api.build_app(watcher.service, token), os.environ.get("JETWAY_API_HOST", "0.0.0.0"), int(os.environ.get("JETWAY_API_PORT", "8081"))
+
+async def start(context: Context) -> list[Runner]:
+    allow_link_local = context.env("JETWAY_ALLOW_LINK_LOCAL") == "true"
+    if context.kube is None:
+        from services.watcher import api
+
+        token = context.env("JETWAY_API_TOKEN")
+        if not token:
+            raise SystemExit("JETWAY_API_TOKEN must be set: the apply API never runs without a token")
+        watcher = build(context.nc, allow_link_local=allow_link_local)
+
+        async def serve_api() -> Stop:
+            site, _ = await api.serve(
+                api.build_app(watcher.service, token),
+                context.env("JETWAY_API_HOST", "0.0.0.0"),
+                int(context.env("JETWAY_API_PORT", "8081")),
+            )
+            return site.cleanup
+
+        context.after_ready.append(serve_api)
+        return [watcher.runner]
+
+    kube = context.kube
+    watcher = build(
+        context.nc,
+        allow_link_local=allow_link_local,
+        cluster=kube,
+        namespace=context.env("JETWAY_WATCH_NAMESPACE") or None,
+        resync_interval=float(context.env("JETWAY_RESYNC_SECONDS", "30")),
     )
-    try:
-        await task
-    finally:
-        await site.cleanup()
-        await nc.drain()
+    sync = watcher.service.cluster
+    assert sync is not None
+    context.checks.append(sync.ready.is_set)
+    if context.env("JETWAY_WEBHOOK", "true") == "true":
+        namespace = context.env("JETWAY_NAMESPACE", "jetway-system")
+        try:
+            issued = await ensure_certificate(
+                kube,
+                namespace,
+                context.env("JETWAY_WEBHOOK_SECRET", "jetway-webhook-tls"),
+                context.env("JETWAY_WEBHOOK_SERVICE", "jetway-webhook"),
+                context.env("JETWAY_WEBHOOK_NAME", "jetway"),
+            )
+        except KubeError as exc:
+            raise SystemExit(f"cannot set up the admission webhook's certificate: {exc}") from None
+        tls = issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
+        hooks = await webhook.serve(
+            webhook.build_app(allow_link_local=allow_link_local), "0.0.0.0", int(context.env("JETWAY_WEBHOOK_PORT", "9443")), tls
+        )
 
+        async def stop_hooks() -> None:
+            with contextlib.suppress(Exception):
+                await hooks.cleanup()
 
-if __name__ == "__main__":
-    asyncio.run(main())
+        async def keep() -> Stop:
+            return stop_hooks
+
+        context.after_ready.append(keep)  # serving before ready: the API server calls it while we rebuild
+    return [watcher.runner]

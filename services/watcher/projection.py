@@ -6,8 +6,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from contracts.cluster import ApisDiscovered, ObjectObserved
+from contracts.events import Envelope, ResourceDeleted
 from contracts.kinds import KINDS
+from contracts.subjects import Key
 from runtime.resources import Resources, ResourceState
+
+OWNER_KINDS = ("ModelDeployment", "AgentDeployment")
 
 
 def rfc3339(moment: datetime | None) -> str | None:
@@ -18,6 +23,20 @@ def rfc3339(moment: datetime | None) -> str | None:
 class WatcherState:
     resources: Resources = field(default_factory=Resources)
     probed_at: dict[str, datetime] = field(default_factory=dict)  # spec subject → last probe (not an event)
+    # Kubernetes mode: what was last recorded from the cluster, so only changes are recorded again
+    discovered: ApisDiscovered | None = None
+    observed: dict[tuple[Key, str, str], ObjectObserved] = field(default_factory=dict)  # (key, kind, name) → last observation
+
+    def fold(self, envelope: Envelope) -> None:
+        self.resources.fold(envelope)
+        event = envelope.event
+        if isinstance(event, ApisDiscovered):
+            self.discovered = event
+        elif isinstance(event, ObjectObserved):
+            self.observed[(envelope.key, event.object_kind, event.object_name)] = event
+        elif isinstance(event, ResourceDeleted) and envelope.key.kind in OWNER_KINDS:
+            for seen in [k for k in self.observed if k[0] == envelope.key and not self.observed[k].exists]:
+                del self.observed[seen]  # gone with its owner: nothing left to compare against
 
     def last_reconciled_at(self, state: ResourceState) -> datetime | None:
         times = [t for t in (state.last_reconciled_at(), self.probed_at.get(state.key.subject())) if t is not None]

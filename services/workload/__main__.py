@@ -1,5 +1,4 @@
-import asyncio
+from runtime import entry
+from services.workload.main import NAME, start
 
-from services.workload.main import main
-
-asyncio.run(main())
+entry.main(NAME, start)

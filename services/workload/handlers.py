@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -18,6 +19,7 @@ from services.workload import decide, observe
 from services.workload.projection import SELF, Deployment, WorkloadState
 from services.workload.providers import BUILTIN, VERSION, builtin_configs
 
+log = logging.getLogger("jetway.workload")
 PROVIDER_KIND = "InferenceProviderConfig"
 DISCOVERY = Key("Cluster", "", "discovery")
 PROVIDER_CRDS = {
@@ -73,7 +75,7 @@ class WorkloadService(Service):
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         key = envelope.key
         if isinstance(envelope.event, ApisDiscovered):
-            return [Key(PROVIDER_KIND, "", name) for name in BUILTIN]
+            return [*(Key(PROVIDER_KIND, "", name) for name in BUILTIN), *self.state.deployments]  # gateway APIs may have come or gone
         if key.kind == PROVIDER_KIND:
             return (key,) if key.name in BUILTIN and envelope.facet == SPEC else ()
         return (key,) if envelope.facet != SELF else ()
@@ -92,7 +94,7 @@ class WorkloadService(Service):
             if step.remove:
                 await self.writer.delete(step.remove, manager=self.name)
             record: Decision = step.record
-            if step.write:
+            if step.write and self._must_write(deployment, record, effects):
                 provider = getattr(step.record, "provider", "")
                 try:
                     await self.writer.apply(key, step.write, manager=self.name)
@@ -104,10 +106,23 @@ class WorkloadService(Service):
                 await effects.emit(key, record)
         await self._observe(key, deployment, effects)
 
+    @staticmethod
+    def _must_write(deployment: Deployment, record: Decision, effects: Effects) -> bool:
+        """Edge-triggered writes only when something changed; a level pass (start-up, resync) re-asserts all."""
+        if (
+            effects.level
+            or not same_decision(record, deployment.rendered)
+            or not isinstance(deployment.last, WorkloadRendered | WorkloadObserved)
+        ):
+            return True
+        return any(not seen.exists for seen in deployment.observed.values())  # deleted by hand: bring it back
+
     async def _observe(self, key: Key, deployment: Deployment, effects: Effects) -> None:
         """In a cluster: the workload's phase, replicas and Ready from what the cluster reports."""
         if not self.writer.cluster or deployment.rendered is None or deployment.deleting or deployment.md is None:
             return
+        if deployment.rendered.generation != deployment.generation:
+            return  # the current generation is not rendered yet: its status is the render's to set first
         if not isinstance(deployment.last, WorkloadRendered | WorkloadObserved):
             return
         observed = observe.observed_status(deployment.rendered, deployment.observed, deployment.generation)
@@ -115,31 +130,42 @@ class WorkloadService(Service):
             await effects.emit(key, observed)
 
     async def _register(self, key: Key, effects: Effects) -> None:
-        """Self-registration: our config is (re)written unless someone else has edited it since."""
+        """Self-registration: our config is (re)written unless someone else has edited it since.
+
+        Standalone, the event is the config; in a cluster the config is created there (once the
+        watcher has listed what exists, so an edited one is left alone) and comes back as an event."""
         manifest = self.configs[key.name]
         verdict = admit(manifest)
         assert verdict.obj is not None, verdict.problems
         wire = verdict.obj.wire()
         stored = self.state.providers.get(key.name)
-        ours = stored is None or self.registered_by.get(key.name) == self.name
-        differs = stored is None or (stored.spec, stored.labels, stored.annotations) != (
-            wire["spec"],
-            wire["metadata"].get("labels", {}),
-            wire["metadata"].get("annotations", {}),
-        )
-        if ours and differs:
-            event = ResourceApplied(
-                kind=PROVIDER_KIND,
-                namespace="",
-                name=key.name,
-                generation=(stored.generation + 1) if stored else 1,
-                spec=wire["spec"],
-                labels=wire["metadata"].get("labels", {}),
-                annotations=wire["metadata"].get("annotations", {}),
-                uid=stored.uid if stored else str(uuid.uuid4()),
+        if self.writer.cluster:
+            if stored is None and self.state.discovered is not None:
+                try:
+                    await self.writer.apply(key, [wire], manager=self.name)
+                except NotServed as exc:
+                    log.warning("cannot register provider %s: %s", key.name, exc)
+                return
+        else:
+            ours = stored is None or self.registered_by.get(key.name) == self.name
+            differs = stored is None or (stored.spec, stored.labels, stored.annotations) != (
+                wire["spec"],
+                wire["metadata"].get("labels", {}),
+                wire["metadata"].get("annotations", {}),
             )
-            await effects.emit(key, event, facet=SPEC)
-            stored = self.state.providers.get(key.name)
+            if ours and differs:
+                event = ResourceApplied(
+                    kind=PROVIDER_KIND,
+                    namespace="",
+                    name=key.name,
+                    generation=(stored.generation + 1) if stored else 1,
+                    spec=wire["spec"],
+                    labels=wire["metadata"].get("labels", {}),
+                    annotations=wire["metadata"].get("annotations", {}),
+                    uid=stored.uid if stored else str(uuid.uuid4()),
+                )
+                await effects.emit(key, event, facet=SPEC)
+                stored = self.state.providers.get(key.name)
         if stored is None:
             return
         report = StatusReported(

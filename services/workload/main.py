@@ -1,34 +1,20 @@
-"""Entry point: `python -m services.workload` (one service per process, as in a cluster). Reads JETWAY_NATS_URL."""
+"""Entry point: `python -m services.workload` (see runtime/entry.py for the environment it reads).
+
+In a cluster it writes each deployment's objects, and re-asserts them every JETWAY_RESYNC_SECONDS (30).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-
-from runtime import logs, telemetry
-from runtime.bus import connect
-from runtime.process import settle_heap
+from runtime.entry import Context
+from runtime.kubewriter import KubeWriter
 from runtime.service import Runner
 from services.workload.handlers import WorkloadService
 
-
-async def main() -> None:
-    logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
-    telemetry.setup("workload")
-    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name="workload")
-    runner = Runner(WorkloadService(), nc)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, runner.stop)
-    task = asyncio.create_task(runner.run())
-    await runner.ready.wait()
-    settle_heap()
-    try:
-        await task
-    finally:
-        await nc.drain()
+NAME = "workload"
 
 
-if __name__ == "__main__":
-    asyncio.run(main())
+async def start(context: Context) -> list[Runner]:
+    if context.kube is None:
+        return [Runner(WorkloadService(), context.nc)]
+    resync = float(context.env("JETWAY_RESYNC_SECONDS", "30"))
+    return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync), context.nc)]

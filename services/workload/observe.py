@@ -12,43 +12,6 @@ from typing import Any
 from contracts.cluster import ObjectObserved, WorkloadObserved
 from contracts.events import StatusCondition, StatusSlice
 from contracts.pipeline import WorkloadRendered
-from services.workload import render as renderers
-
-
-def summarize(obj: dict[str, Any]) -> dict[str, Any]:
-    """The status fields of an observed object that decisions depend on (the watcher records this)."""
-    status = obj.get("status") or {}
-    conditions = [
-        {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None} for c in status.get("conditions") or []
-    ]
-    kind = obj["kind"]
-    if kind == "Deployment":
-        return {
-            "replicas": (obj.get("spec") or {}).get("replicas", 1),
-            "readyReplicas": status.get("readyReplicas", 0),
-            "availableReplicas": status.get("availableReplicas", 0),
-            "updatedReplicas": status.get("updatedReplicas", 0),
-            "observedGeneration": status.get("observedGeneration", 0),
-            "generation": obj["metadata"].get("generation", 0),
-            "conditions": conditions,
-        }
-    if kind == "PersistentVolumeClaim":
-        return {"phase": status.get("phase", "Pending")}
-    if kind == "Job":
-        return {
-            "active": status.get("active", 0),
-            "succeeded": status.get("succeeded", 0),
-            "failed": status.get("failed", 0),
-            "conditions": conditions,
-        }
-    if kind == "DynamoGraphDeployment":
-        return {"state": status.get("state", ""), "message": status.get("message", ""), "conditions": conditions}
-    if kind == "Workspace":
-        return {"state": status.get("state", ""), "conditions": conditions}
-    if kind == "RayService":
-        applications = (status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
-        return {"conditions": conditions, "applications": {name: app.get("status", "") for name, app in applications.items()}}
-    return {}
 
 
 def _condition(summary: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -103,9 +66,10 @@ def observed_status(
         phase, message = _phase(kind, report.summary)
         ready = phase == "Running"
         reason = "DeploymentReady" if ready else "DeploymentFailed" if phase == "Failed" else "DeploymentInProgress"
-        if kind == "Deployment":
+        if kind == "Deployment":  # desired is what Jetway asked for; the report may predate the write
+            desired = fields.get("replicas", {}).get("desired", report.summary["replicas"])
             fields["replicas"] = {
-                "desired": report.summary["replicas"],
+                "desired": desired,
                 "ready": report.summary["readyReplicas"],
                 "available": report.summary["availableReplicas"],
             }
@@ -120,6 +84,3 @@ def observed_status(
         provider=rendered.provider,
         status=StatusSlice(conditions=(created, ready_condition), phase=phase, message=message, fields=fields),
     )
-
-
-__all__ = ["observed_status", "renderers", "summarize"]

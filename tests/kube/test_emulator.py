@@ -138,6 +138,19 @@ async def test_two_managers_conditions_live_side_by_side(cluster: Cluster) -> No
     assert status["phase"] == "Running"
 
 
+async def test_an_applied_finalizer_survives_another_clients_update_and_goes_with_its_manager(cluster: Cluster) -> None:
+    created = await cluster.kube.create(deployment(cluster.namespace))
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": cluster.namespace}}
+    await cluster.kube.apply({**ref, "metadata": {**ref["metadata"], "finalizers": ["example.com/cleanup"]}}, manager="cleaner")
+    await cluster.kube.patch(created, {"spec": {"replicas": 2}})  # another client's update touches other fields only
+    await cluster.kube.delete("apps/v1", "Deployment", "web", cluster.namespace)
+    held = await cluster.kube.get("apps/v1", "Deployment", "web", cluster.namespace)
+    assert held["metadata"]["finalizers"] == ["example.com/cleanup"]
+    await cluster.kube.apply(ref, manager="cleaner")  # the manager applies without it: its finalizer goes, and so does the object
+    with pytest.raises(NotFound):
+        await cluster.kube.get("apps/v1", "Deployment", "web", cluster.namespace)
+
+
 async def test_label_selectors(cluster: Cluster) -> None:
     await cluster.kube.create(deployment(cluster.namespace, "a", labels={"app": "a", "tier": "web"}))
     await cluster.kube.create(deployment(cluster.namespace, "b", labels={"app": "b", "tier": "db"}))

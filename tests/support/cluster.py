@@ -28,6 +28,15 @@ class Cluster:
     def real(self) -> bool:
         return self.emulator is None
 
+    async def connect(self) -> Kube:
+        """Another client to the same API (each service has its own, as separate pods do)."""
+        if self.emulator is not None:
+            kube = Kube.at(self.emulator.url)
+        else:
+            kube = await Kube.connect()
+        await kube.discover()
+        return kube
+
     def need_emulator(self) -> KubeEmulator:
         if self.emulator is None:
             pytest.skip("needs the emulator's test hooks (a real cluster is in use: KUBECONFIG is set)")

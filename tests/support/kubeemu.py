@@ -319,6 +319,8 @@ class KubeEmulator:
     _runner: web.AppRunner | None = None
 
     def __post_init__(self) -> None:
+        self.watches_open = asyncio.Event()
+        self.watches_open.set()
         for kind in BUILTIN:
             self.kinds[(kind.group, kind.plural)] = kind
 
@@ -416,9 +418,11 @@ class KubeEmulator:
                 if kind is not None:
                     self.delete(kind, key[2], key[3])
 
-    def _assign(self, key: tuple[str, str, str, str], manager: str, obj: Obj, status_only: bool) -> None:
+    def _assign(self, key: tuple[str, str, str, str], manager: str, obj: Obj, status_only: bool, old: Obj | None = None) -> None:
+        """An update's manager takes over the fields it set or changed; unchanged fields keep their owners."""
         owned = self.managers.setdefault(key, {})
-        fields = set(leaves(self._managed_view(obj, status_only, True)))
+        found = leaves(self._managed_view(obj, status_only, True))
+        fields = {p for p, v in found.items() if old is None or get_at(old, p) != v}
         for other in owned:
             if other != manager:
                 owned[other] -= fields
@@ -509,7 +513,7 @@ class KubeEmulator:
         new["apiVersion"], new["kind"] = kind.api_version, kind.kind
         new = self._schema_check(kind, new, old)
         key = self._key(kind, meta_old.get("namespace", ""), meta_old["name"])
-        self._assign(key, manager, new, subresource == "status")
+        self._assign(key, manager, new, subresource == "status", old)
         stored = self._store(kind, new, old, "MODIFIED")
         self._expose_managers(key, stored)
         return stored
@@ -599,6 +603,18 @@ class KubeEmulator:
         ]
 
     # --- test hooks ------------------------------------------------------------------------
+
+    def hold_watches(self) -> None:
+        """Drop every watch and keep new ones waiting until `release_watches` (a network partition)."""
+        self.watches_open.clear()
+        self.drop_watches()
+
+    def release_watches(self) -> None:
+        self.watches_open.set()
+
+    def writes_to(self, kind: str, name: str) -> int:
+        """How many times an object was stored (created or changed): no-op writes do not count, as on a real server."""
+        return sum(1 for _, t, k, o in self.log if k.kind == kind and o["metadata"]["name"] == name and t in ("ADDED", "MODIFIED"))
 
     def drop_watches(self) -> None:
         for watcher in self.watchers:
@@ -703,7 +719,10 @@ class KubeEmulator:
             self.requests[query.get("fieldManager") or method] += 1
         if method == "GET" and name is None:
             if query.get("watch") in ("1", "true"):
+                self.requests[f"watch {kind.kind}"] += 1
+                await self.watches_open.wait()  # a test holding watches back: changes pile up meanwhile
                 return await self._watch(request, kind, namespace)
+            self.requests[f"list {kind.kind}"] += 1
             items = self.items(kind, namespace if kind.namespaced else None, query.get("labelSelector"))
             return web.json_response(
                 {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": {"resourceVersion": str(self.rv)}, "items": items}

@@ -1,0 +1,110 @@
+"""One way to start a service process, whichever service it is (`python -m services.<name>`).
+
+Reads the environment the manifests in `deploy/` set:
+- `JETWAY_NATS_URL` (default nats://127.0.0.1:4222), `JETWAY_LOG_LEVEL`;
+- `JETWAY_MODE`: `standalone` (default) or `cluster`, where the process talks to Kubernetes
+  (in-cluster service account, else `$KUBECONFIG`);
+- `JETWAY_HEALTH_PORT` (default 8090): `/healthz` (the process and its NATS connection are
+  alive) and `/readyz` (every service rebuilt its state and the extra checks pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from nats.aio.client import Client
+
+from runtime import logs, telemetry
+from runtime.bus import connect
+from runtime.kube import Kube
+from runtime.process import settle_heap
+from runtime.service import Runner, run_until_stopped
+
+Stop = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Context:
+    """What a service's `build` gets: its connections and a place for what starts once it is ready."""
+
+    nc: Client
+    kube: Kube | None  # Kubernetes mode only
+    after_ready: list[Callable[[], Awaitable[Stop]]] = field(default_factory=list)  # servers: start, return their stop
+    checks: list[Callable[[], bool]] = field(default_factory=list)  # extra readiness conditions
+
+    @property
+    def cluster(self) -> bool:
+        return self.kube is not None
+
+    @staticmethod
+    def env(name: str, default: str = "") -> str:
+        return os.environ.get(name, default)
+
+
+def cluster_mode() -> bool:
+    return os.environ.get("JETWAY_MODE", "standalone") == "cluster"
+
+
+async def serve_health(nc: Client, runners: list[Runner], checks: list[Callable[[], bool]], host: str, port: int) -> web.AppRunner:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": nc.is_connected}, status=200 if nc.is_connected else 503)
+
+    async def readyz(request: web.Request) -> web.Response:
+        waiting = [r.service.name for r in runners if not r.ready.is_set()]
+        ok = nc.is_connected and not waiting and all(check() for check in checks)
+        return web.json_response({"ok": ok, "waiting": waiting}, status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) -> None:
+    """Connect, build the service's runners, serve health, run until SIGTERM, then drain."""
+    logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
+    telemetry.setup(name)
+    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name)
+    kube = None
+    if cluster_mode():
+        kube = await Kube.connect()
+        await kube.discover()
+    context = Context(nc, kube)
+    runners = await build(context)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    health = await serve_health(
+        nc, runners, context.checks, os.environ.get("JETWAY_HEALTH_HOST", "0.0.0.0"), int(os.environ.get("JETWAY_HEALTH_PORT", "8090"))
+    )
+    stops: list[Stop] = []
+
+    async def ready() -> None:
+        settle_heap()
+        for start in context.after_ready:
+            stops.append(await start())
+
+    try:
+        await run_until_stopped(runners, stop, ready)
+    finally:
+        for stop_server in stops:
+            with contextlib.suppress(Exception):
+                await stop_server()
+        await health.cleanup()
+        if kube is not None:
+            await kube.close()
+        await nc.drain()
+
+
+def main(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) -> None:
+    asyncio.run(run(name, build))

@@ -1,0 +1,362 @@
+"""The watcher in Kubernetes mode: the cluster in (list-then-watch), status and finalizers out.
+
+One follow loop per kind: list, record what is new, then watch from the list's
+resourceVersion; a dropped watch resumes from the last version seen (bookmarks keep it fresh),
+`410 Gone` lists again and records what the gap hid (deletions included). Discovery is
+refreshed when a CRD comes or goes, and follow loops start or stop with the kinds served.
+What to record is decided in `ingest` and what to write back in `status`, both pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from contracts.cluster import CLEANUP_FINALIZER, OBSERVED, ApisDiscovered, DeletionRequested, ObjectObserved, SpecRejected, rejected
+from contracts.conditions import same_decision
+from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
+from contracts.kinds import KINDS
+from contracts.subjects import SPEC, Key
+from runtime.kube import Gone, Kube, KubeError, NotFound
+from services.watcher import ingest, status
+
+if TYPE_CHECKING:
+    from services.watcher.handlers import WatcherService
+
+log = logging.getLogger("jetway.watcher.cluster")
+DISCOVERY = Key("Cluster", "", "discovery")
+SELF = "watcher"
+REPORTED = "reported"
+MANAGED = "airunway.ai/managed-by=jetway"
+DESIRED = tuple((info.api_version, info.kind) for info in KINDS.values())
+OWNED = (
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "PersistentVolumeClaim"),
+    ("batch/v1", "Job"),
+    ("nvidia.com/v1alpha1", "DynamoGraphDeployment"),
+    ("kaito.sh/v1beta1", "Workspace"),
+    ("ray.io/v1", "RayService"),
+)
+READ = (("gateway.networking.k8s.io/v1", "Gateway"),)
+CRDS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+FINALIZED_KINDS = ("ModelDeployment",)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _when(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return None
+
+
+class ClusterSync:
+    def __init__(
+        self,
+        kube: Kube,
+        service: WatcherService,
+        *,
+        namespace: str | None = None,
+        rediscover_interval: float = 60.0,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self.kube = kube
+        self.service = service
+        self.namespace = namespace  # None: every namespace
+        self.rediscover_interval = rediscover_interval
+        self.retry_delay = retry_delay
+        self.live: dict[Key, dict[str, Any]] = {}  # the last object the cluster showed for each of Jetway's resources
+        self.written: dict[Key, dict[str, dict[str, Any]]] = {}  # key → owner → the status it holds there
+        self.refused: set[Key] = set()  # new objects refused at ingest: the watcher wrote their status itself
+        self.follows: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.synced: dict[tuple[str, str], asyncio.Event] = {}
+        self.ready = asyncio.Event()  # desired kinds listed and discovery recorded
+        self.writes = 0  # status and finalizer writes, for tests and metrics
+
+    # --- running -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self._retrying(self.kube.discover)
+        self._start_follows()
+        for kind in DESIRED:
+            if kind in self.synced:
+                await self.synced[kind].wait()
+        await self._record_discovery()  # after the first lists: whoever waits on discovery sees what exists
+        self.ready.set()
+        crds = asyncio.create_task(self._follow(*CRDS, self._crd_changed, self._crd_listed, label_selector=None), name="watch-crds")
+        try:
+            while True:
+                await asyncio.sleep(self.rediscover_interval)
+                await self.rediscover()
+        finally:
+            crds.cancel()
+            for task in self.follows.values():
+                task.cancel()
+            await asyncio.gather(crds, *self.follows.values(), return_exceptions=True)
+
+    async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        while True:
+            try:
+                return await call()
+            except (TimeoutError, KubeError, aiohttp.ClientError, OSError) as exc:
+                log.warning("kubernetes API: %s; retrying", exc)
+                await asyncio.sleep(self.retry_delay)
+
+    def _start_follows(self) -> None:
+        wanted: dict[tuple[str, str], tuple[Any, Any, str | None]] = {}
+        for kind in DESIRED:
+            wanted[kind] = (self._desired_changed, self._desired_listed, None)
+        for kind in OWNED:
+            wanted[kind] = (self._owned_changed, self._owned_listed, MANAGED)
+        for kind in READ:
+            wanted[kind] = (self._owned_changed, self._owned_listed, None)
+        for kind, (on_change, on_list, selector) in wanted.items():
+            served = self.kube.discovery.find(*kind) is not None
+            running = kind in self.follows and not self.follows[kind].done()
+            if served and not running:
+                self.synced.setdefault(kind, asyncio.Event())
+                self.follows[kind] = asyncio.create_task(
+                    self._follow(*kind, on_change, on_list, label_selector=selector), name=f"watch-{kind[1]}"
+                )
+            elif not served and running:
+                self.follows.pop(kind).cancel()
+
+    async def rediscover(self) -> None:
+        with contextlib.suppress(KubeError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            await self.kube.discover()
+            self._start_follows()
+            await self._record_discovery()
+
+    async def _record_discovery(self) -> None:
+        served = tuple(sorted(f"{r.api_version}/{r.plural}" for r in self.kube.discovery.resources.values()))
+        last = self.service.state.discovered
+        if last is None or last.resources != served:
+            await self.service.record(DISCOVERY, ApisDiscovered(resources=served), SELF)
+
+    async def _follow(
+        self,
+        api_version: str,
+        kind: str,
+        on_change: Callable[[str, dict[str, Any]], Awaitable[None]],
+        on_list: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
+        *,
+        label_selector: str | None,
+    ) -> None:
+        """List, then watch from there; resume after a drop, relist after 410, stop when the kind is no longer served."""
+        version = ""
+        namespace = None if api_version == CRDS[0] else self.namespace
+        while True:
+            try:
+                if not version:
+                    items, version = await self.kube.list(api_version, kind, namespace, label_selector=label_selector)
+                    for item in items:
+                        item.setdefault("apiVersion", api_version)
+                        item.setdefault("kind", kind)
+                    await on_list(kind, items)
+                    if (api_version, kind) in self.synced:
+                        self.synced[(api_version, kind)].set()
+                async for change, obj in self.kube.watch(api_version, kind, version, namespace=namespace, label_selector=label_selector):
+                    version = obj.get("metadata", {}).get("resourceVersion") or version
+                    if change != "BOOKMARK":
+                        await on_change(change, obj)
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                log.info("watch of %s expired: listing again", kind)
+                version = ""
+            except NotFound:
+                log.info("%s is no longer served: stopped following it", kind)
+                return
+            except (TimeoutError, KubeError, aiohttp.ClientError, OSError, ValueError) as exc:
+                log.warning("watch of %s dropped (%s): resuming from %s", kind, exc, version or "a new list")
+                await asyncio.sleep(self.retry_delay)
+
+    # --- Jetway's kinds --------------------------------------------------------------------
+
+    async def _desired_listed(self, kind: str, items: list[dict[str, Any]]) -> None:
+        present = set()
+        for obj in items:
+            present.add(ingest.key_of(obj))
+            await self._desired_changed("ADDED", obj)
+        for key in [k for k in self.service.state.resources.items if k.kind == kind and k not in present]:
+            if self.namespace is None or key.namespace == self.namespace:
+                await self._desired_changed(
+                    "DELETED",
+                    {"apiVersion": KINDS[kind].api_version, "kind": kind, "metadata": {"name": key.name, "namespace": key.namespace}},
+                )
+
+    async def _desired_changed(self, change: str, obj: dict[str, Any]) -> None:
+        key = ingest.key_of(obj)
+        resources = self.service.state.resources
+        if change == "DELETED":
+            self.live.pop(key, None)
+            self.written.pop(key, None)
+            self.refused.discard(key)
+            if key in resources.items:
+                await self.service.record(key, ResourceDeleted(kind=key.kind, namespace=key.namespace, name=key.name), SPEC)
+            return
+        self.live[key] = obj
+        current = resources.items.get(key)
+        outcome = ingest.desired(obj, current)
+        if isinstance(outcome, ingest.Rejected):
+            await self._refuse(key, obj, outcome, current is not None)
+            return
+        if outcome is not None:
+            if key in self.refused:
+                await self._apply_status(key, obj, SELF, {})  # the refusal written before is over
+                self.refused.discard(key)
+            await self.service.record(key, outcome, SPEC)
+        current = resources.items.get(key)
+        if current is not None and isinstance(current.decision(SELF), SpecRejected) and not isinstance(outcome, DeletionRequested):
+            await self.service.record(key, Withdrawn(generation=current.generation), SELF)
+        if current is not None and key.kind in ("InferenceProviderConfig", "AgentProviderConfig"):
+            await self._record_reported(key, obj)
+        await self.reconcile(key)
+
+    async def _refuse(self, key: Key, obj: dict[str, Any], refusal: ingest.Rejected, known: bool) -> None:
+        lines = refusal.lines()
+        log.warning("%s refused: %s", key, "; ".join(lines))
+        generation = int(obj["metadata"].get("generation") or 1)
+        if known:  # keep serving the accepted spec, and say why the new one was not taken
+            decision = rejected(generation, lines)
+            current = self.service.state.resources.items[key]
+            if not same_decision(decision, current.decision(SELF)):
+                await self.service.record(key, decision, SELF)
+            return
+        self.refused.add(key)
+        body = {
+            "phase": "Failed",
+            "message": "; ".join(lines),
+            "observedGeneration": generation,
+            "conditions": [
+                {
+                    "type": "Validated",
+                    "status": "False",
+                    "reason": "ValidationFailed",
+                    "message": "; ".join(lines),
+                    "observedGeneration": generation,
+                    "lastTransitionTime": _now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ],
+        }
+        if key.kind not in ("ModelDeployment", "AgentDeployment", "InferencePoolMember"):
+            body.pop("phase")
+        if not status.contained({k: v for k, v in body.items() if k != "conditions"}, obj.get("status") or {}):
+            await self._apply_status(key, obj, SELF, body)
+
+    async def _record_reported(self, key: Key, obj: dict[str, Any]) -> None:
+        """A provider's own controller reports readiness on its config; Jetway's built-ins report theirs as events."""
+        current = self.service.state.resources.items[key]
+        fields = ingest.reported(obj)
+        if not fields or current.decision("workload") is not None:
+            return
+        last = current.decision(REPORTED)
+        if last is None or last.status.fields != fields:
+            await self.service.record(key, StatusReported(status=StatusSlice(fields=fields)), REPORTED)
+
+    # --- status and finalizers -------------------------------------------------------------
+
+    async def reconcile(self, key: Key) -> None:
+        """Bring the cluster's view of one resource to what the events say: its status, its finalizer."""
+        obj = self.live.get(key)
+        state = self.service.state.resources.items.get(key)
+        if obj is None or state is None:
+            return
+        await self._write_status(key, obj)
+        if key.kind in FINALIZED_KINDS:
+            await self._finalize(key, obj)
+
+    async def _write_status(self, key: Key, obj: dict[str, Any]) -> None:
+        state = self.service.state.resources.items[key]
+        live = obj.get("status") or {}
+        wanted = status.owner_statuses(state, live)
+        wanted[status.COMPOSER] = status.composed(state)
+        written = self.written.setdefault(key, {})
+        for owner in [o for o in written if o not in wanted]:
+            await self._apply_status(key, obj, owner, {})  # withdrawn: its fields go
+            written.pop(owner, None)
+        for owner, body in wanted.items():
+            if not status.contained(body, live):
+                await self._apply_status(key, obj, owner, body)
+            written[owner] = body
+
+    async def _apply_status(self, key: Key, obj: dict[str, Any], owner: str, body: dict[str, Any]) -> None:
+        meta = {"name": key.name, **({"namespace": key.namespace} if key.namespace else {})}
+        patch = {"apiVersion": obj["apiVersion"], "kind": key.kind, "metadata": meta, "status": body}
+        try:
+            await self.kube.apply(patch, manager=f"jetway-{owner}", subresource="status")
+            self.writes += 1
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning("status of %s (as %s) not written: %s", key, owner, exc.message)
+
+    async def _finalize(self, key: Key, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        finalizers = meta.get("finalizers") or []
+        deleting = _when(meta.get("deletionTimestamp"))
+        state = self.service.state.resources.items.get(key)
+        if deleting is None and CLEANUP_FINALIZER not in finalizers:
+            await self._set_finalizer(key, obj, True)
+        elif deleting is not None and CLEANUP_FINALIZER in finalizers and status.cleanup_done(state, deleting, _now()):
+            await self._set_finalizer(key, obj, False)
+
+    async def _set_finalizer(self, key: Key, obj: dict[str, Any], present: bool) -> None:
+        meta: dict[str, Any] = {"name": key.name, **({"namespace": key.namespace} if key.namespace else {})}
+        if present:
+            meta["finalizers"] = [CLEANUP_FINALIZER]
+        try:
+            # server-side apply as the watcher: removing it drops only the finalizer this manager set
+            updated = await self.kube.apply({"apiVersion": obj["apiVersion"], "kind": key.kind, "metadata": meta}, manager="jetway-watcher")
+            self.writes += 1
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning("finalizer of %s not %s: %s", key, "added" if present else "removed", exc.message)
+            return
+        if key in self.live and updated.get("metadata", {}).get("resourceVersion"):
+            self.live[key] = updated
+
+    # --- objects Jetway owns, and Gateways --------------------------------------------------
+
+    async def _owned_listed(self, kind: str, items: list[dict[str, Any]]) -> None:
+        present = set()
+        for obj in items:
+            present.add((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
+            await self._owned_changed("ADDED", obj)
+        for (key, object_kind, name), seen in list(self.service.state.observed.items()):
+            ours = self.namespace is None or key.namespace == self.namespace
+            if object_kind == kind and seen.exists and (key.namespace, name) not in present and ours:
+                await self._observe(key, ObjectObserved(api_version=seen.api_version, object_kind=kind, object_name=name, exists=False))
+
+    async def _owned_changed(self, change: str, obj: dict[str, Any]) -> None:
+        found = ingest.observation(obj, exists=change != "DELETED")
+        if found is not None:
+            await self._observe(*found)
+
+    async def _observe(self, key: Key, event: ObjectObserved) -> None:
+        last = self.service.state.observed.get((key, event.object_kind, event.object_name))
+        if last is None and not event.exists:
+            return
+        if last is not None and (last.exists, last.summary) == (event.exists, event.summary):
+            return  # nothing that matters changed (a resourceVersion bump, our own write echoing back)
+        await self.service.record(key, event, OBSERVED)
+
+    # --- CRDs: discovery follows them ------------------------------------------------------
+
+    async def _crd_listed(self, kind: str, items: list[dict[str, Any]]) -> None:
+        await self.rediscover()
+
+    async def _crd_changed(self, change: str, obj: dict[str, Any]) -> None:
+        await self.rediscover()

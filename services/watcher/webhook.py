@@ -1,0 +1,117 @@
+"""The admission webhook: the rules of `jetway validate`, the spec's defaults and the update-time
+immutability rules, served to the API server over TLS (AdmissionReview v1).
+
+`/validate` allows or denies with every problem as a field path and its rule; `/mutate`
+answers with a JSON patch that writes the defaults into the spec. `review` is pure; the
+server around it turns any malformed request into a 400 with a reason, never a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+from typing import Any
+
+from aiohttp import web
+
+from contracts.admission import admit
+from contracts.kinds import KINDS
+from contracts.modeldeployment import ModelDeployment
+from contracts.rules import modeldeployment as md_rules
+from services.watcher.apply import policy
+
+log = logging.getLogger("jetway.webhook")
+REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
+MAX_BODY = 3 * 1024 * 1024  # the API server sends at most ~3 MiB objects
+
+
+def _desired(obj: dict[str, Any]) -> dict[str, Any]:
+    """What admission judges: identity, labels, annotations and spec (status and server fields aside)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    keep = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)}
+    doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
+    if "spec" in obj:
+        doc["spec"] = obj["spec"]
+    return doc
+
+
+def review(request: dict[str, Any], *, mutate: bool, allow_link_local: bool = False) -> dict[str, Any]:
+    """The AdmissionResponse for one AdmissionRequest."""
+    uid = request.get("uid", "")
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(request.get("object"), dict):
+        return response
+    obj = request["object"]
+    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    previous = admit(_desired(old)).obj if isinstance(old, dict) else None
+    verdict = admit(_desired(obj), old=previous)
+    if verdict.obj is not None:
+        verdict.problems += policy(verdict.obj, allow_link_local=allow_link_local)
+        if isinstance(verdict.obj, ModelDeployment) and isinstance(old, dict):
+            recorded = ((old.get("status") or {}).get("provider") or {}).get("name")
+            verdict.problems += md_rules.check_provider_switch(recorded if isinstance(recorded, str) else None, verdict.obj)
+    if verdict.warnings:
+        response["warnings"] = list(verdict.warnings)
+    if mutate:
+        if verdict.obj is not None and verdict.ok:
+            spec = verdict.obj.wire().get("spec")
+            if spec is not None and spec != obj.get("spec"):
+                patch = [{"op": "add", "path": "/spec", "value": spec}]
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        return response  # problems are the validating webhook's to report
+    if not verdict.ok:
+        name = (obj.get("metadata") or {}).get("name", "")
+        kind = obj.get("kind", "resource")
+        lines = [f"{p.path}: {p.message}" if p.path else p.message for p in verdict.problems]
+        response["allowed"] = False
+        response["status"] = {
+            "code": 422,
+            "reason": "Invalid",
+            "message": f'{kind} "{name}" is invalid: ' + "; ".join(lines),
+            "details": {
+                "name": name,
+                "kind": str(KINDS[kind].plural if kind in KINDS else kind),
+                "causes": [{"field": p.path, "message": p.message, "reason": "FieldValueInvalid"} for p in verdict.problems],
+            },
+        }
+    return response
+
+
+def build_app(*, allow_link_local: bool = False) -> web.Application:
+    async def handle(request: web.Request, mutate: bool) -> web.Response:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return web.json_response({"error": "the body must be an AdmissionReview in JSON"}, status=400)
+        if not isinstance(body, dict) or body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
+            return web.json_response({"error": "expected an AdmissionReview with a request"}, status=400)
+        answer = review(body["request"], mutate=mutate, allow_link_local=allow_link_local)
+        if not answer["allowed"]:
+            log.info("denied %s: %s", body["request"].get("kind", {}), answer["status"]["message"])
+        return web.json_response({**REVIEW, "response": answer})
+
+    async def validate(request: web.Request) -> web.Response:
+        return await handle(request, False)
+
+    async def mutate(request: web.Request) -> web.Response:
+        return await handle(request, True)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post("/validate", validate)
+    app.router.add_post("/mutate", mutate)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext | None) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=context).start()
+    return runner

@@ -1,0 +1,328 @@
+"""Jetway as a Kubernetes controller, end to end: the real services on real NATS against the API
+emulator (or the cluster KUBECONFIG names)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from contracts.cluster import CLEANUP_FINALIZER
+from contracts.events import Envelope
+from runtime.bus import connect
+from runtime.eventstore import EventStore
+from runtime.kube import Kube, NotFound
+from tests.contracts.cases import MD, changed
+from tests.support.cluster import Cluster
+from tests.support.controller import Controller, running_controller
+from tests.support.nats import NatsEndpoint
+from tests.support.waiting import eventually
+
+MDV = "airunway.ai/v1alpha1"
+TIMEOUT = 30
+
+
+@pytest.fixture
+async def controller(nats: NatsEndpoint, cluster: Cluster) -> AsyncIterator[Controller]:
+    async with running_controller(nats.url, cluster) as running:
+        yield running
+
+
+def deployment_manifest(cluster: Cluster, name: str = "qwen", **changes: Any) -> dict[str, Any]:
+    storage = {"spec.model.storage.volumes": [{"name": "cache", "purpose": "modelCache", "size": "20Gi"}]}
+    return changed(
+        MD, {"metadata.name": name, "metadata.namespace": cluster.namespace, "spec.provider": {"name": "vllm"}, **storage, **changes}
+    )
+
+
+async def get_md(cluster: Cluster, name: str = "qwen") -> dict[str, Any] | None:
+    return await cluster.kube.get_or_none(MDV, "ModelDeployment", name, cluster.namespace)
+
+
+async def get_obj(cluster: Cluster, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+    return await cluster.kube.get_or_none(api_version, kind, name, cluster.namespace)
+
+
+async def phase_is(cluster: Cluster, phase: str, name: str = "qwen") -> dict[str, Any] | None:
+    md = await get_md(cluster, name)
+    return md if md and (md.get("status") or {}).get("phase") == phase else None
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
+
+
+@contextlib.asynccontextmanager
+async def phases_of(kube: Kube, namespace: str, name: str) -> AsyncIterator[list[str]]:
+    """Every phase the ModelDeployment's status shows, in order, while the block runs."""
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for _, obj in kube.watch(MDV, "ModelDeployment", "", namespace=namespace, timeout=120):
+            if obj.get("metadata", {}).get("name") != name:
+                continue
+            phase = (obj.get("status") or {}).get("phase")
+            if phase and (not seen or seen[-1] != phase):
+                seen.append(phase)
+
+    task = asyncio.create_task(follow())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def move_deployment(cluster: Cluster, name: str, ready: int, replicas: int = 1) -> None:
+    """Play the Deployment controller: report pods ready (only the emulator lets a test do that)."""
+    emulator = cluster.need_emulator()
+    assert emulator is not None
+    obj = await cluster.kube.get("apps/v1", "Deployment", name, cluster.namespace)
+    available = "True" if ready >= 1 else "False"
+    await cluster.kube.patch(
+        obj,
+        {
+            "status": {
+                "observedGeneration": obj["metadata"]["generation"],
+                "replicas": replicas,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "updatedReplicas": replicas,
+                "conditions": [{"type": "Available", "status": available, "reason": "MinimumReplicas"}],
+            }
+        },
+        subresource="status",
+    )
+
+
+async def history(nats_url: str, namespace: str, name: str) -> list[str]:
+    nc = await connect(nats_url, name="read")
+    try:
+        items = await EventStore(nc, producer="t").read(f"jetway.evt.modeldeployment.{namespace}.{name}.*")
+        return [f"{i.facet}:{i.type}" for i in items if isinstance(i, Envelope)]
+    finally:
+        await nc.close()
+
+
+async def test_a_deployment_gets_its_objects_and_its_status_follows_the_cluster(controller: Controller, cluster: Cluster) -> None:
+    async with phases_of(cluster.kube, cluster.namespace, "qwen") as phases:
+        created = await cluster.kube.create(deployment_manifest(cluster))
+        uid = created["metadata"]["uid"]
+        for api_version, kind, name in (
+            ("apps/v1", "Deployment", "qwen"),
+            ("v1", "Service", "qwen"),
+            ("v1", "PersistentVolumeClaim", "qwen-cache"),
+        ):
+            obj = await eventually(
+                lambda a=api_version, k=kind, n=name: get_obj(cluster, a, k, n), timeout=TIMEOUT, message=f"{kind} created"
+            )
+            owner = obj["metadata"]["ownerReferences"][0]
+            assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("ModelDeployment", "qwen", uid, True)
+            assert obj["metadata"]["labels"]["airunway.ai/managed-by"] == "jetway"
+        md = await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying")
+        assert CLEANUP_FINALIZER in md["metadata"]["finalizers"]
+        assert condition(md, "ResourceCreated")["status"] == "True"
+        assert md["status"]["provider"] == {
+            "name": "vllm",
+            "selectedReason": md["status"]["provider"]["selectedReason"],
+            "resourceName": "qwen",
+            "resourceKind": "Deployment",
+        }
+        if cluster.real:
+            pytest.skip("a real cluster's Deployment controller owns Deployment status: Running needs a model server that starts")
+        await move_deployment(cluster, "qwen", ready=1)
+        md = await eventually(lambda: phase_is(cluster, "Running"), timeout=TIMEOUT, message="Running")
+        await eventually(lambda: phases[-1:] == ["Running"], timeout=TIMEOUT, message="the watch saw Running")
+    assert phases == ["Pending", "Deploying", "Running"]
+    ready = condition(md, "Ready")
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "DeploymentReady", 1)
+    assert md["status"]["replicas"] == {"desired": 1, "ready": 1, "available": 1}
+    assert md["status"]["observedGeneration"] == md["metadata"]["generation"] == 1
+    assert all(c["lastTransitionTime"] and c["reason"] for c in md["status"]["conditions"])
+    managers = {m["manager"] for m in md["metadata"].get("managedFields", [])}
+    assert {"jetway-selector", "jetway-workload", "jetway-storage", "jetway-status"} <= managers  # each service its own fields
+
+
+async def test_an_edited_spec_is_followed_and_conditions_keep_their_transition_times(controller: Controller, cluster: Cluster) -> None:
+    await cluster.kube.create(deployment_manifest(cluster))
+    md = await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying")
+    selected_at = condition(md, "ProviderSelected")["lastTransitionTime"]
+    await cluster.kube.patch(md, {"spec": {"scaling": {"replicas": 3}}})
+
+    async def scaled() -> dict[str, Any] | None:
+        obj = await get_obj(cluster, "apps/v1", "Deployment", "qwen")
+        return obj if obj and obj["spec"]["replicas"] == 3 else None
+
+    await eventually(scaled, timeout=TIMEOUT, message="the Deployment scaled to 3")
+
+    async def observed_generation_2() -> dict[str, Any] | None:
+        found = await get_md(cluster)
+        return found if found and found["status"].get("observedGeneration") == 2 else None
+
+    md = await eventually(observed_generation_2, timeout=TIMEOUT, message="status of generation 2")
+    assert md["status"]["replicas"]["desired"] == 3
+    assert condition(md, "ProviderSelected")["lastTransitionTime"] == selected_at  # no flip, no new time
+    assert condition(md, "ProviderSelected")["observedGeneration"] == 2
+
+
+async def test_a_deleted_deployment_terminates_cleans_up_and_goes(controller: Controller, cluster: Cluster, nats: NatsEndpoint) -> None:
+    await cluster.kube.create(deployment_manifest(cluster))
+    await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying")
+    async with phases_of(cluster.kube, cluster.namespace, "qwen") as phases:
+        await cluster.kube.delete(MDV, "ModelDeployment", "qwen", cluster.namespace)
+
+        async def all_gone() -> bool:
+            left = [
+                await get_md(cluster),
+                await get_obj(cluster, "apps/v1", "Deployment", "qwen"),
+                await get_obj(cluster, "v1", "Service", "qwen"),
+                await get_obj(cluster, "v1", "PersistentVolumeClaim", "qwen-cache"),
+            ]
+            return all(o is None or o["metadata"].get("deletionTimestamp") for o in left) and left[0] is None
+
+        await eventually(all_gone, timeout=TIMEOUT, message="the deployment and its objects removed")
+    assert "Terminating" in phases
+    recorded = await history(nats.url, cluster.namespace, "qwen")
+    assert "spec:DeletionRequested.v1" in recorded and recorded[-1] == "spec:ResourceDeleted.v1"
+    # the services cleaned up before the finalizer went (not the garbage collector after it)
+    assert recorded.index("workload:WorkloadWithdrawn.v1") < recorded.index("spec:ResourceDeleted.v1")
+    assert recorded.index("storage:Withdrawn.v1") < recorded.index("spec:ResourceDeleted.v1")
+
+
+async def test_a_foreign_object_with_the_same_name_is_a_resource_conflict(controller: Controller, cluster: Cluster) -> None:
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "qwen", "namespace": cluster.namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "other"}},
+            "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+    }
+    before = await cluster.kube.create(foreign)
+    await cluster.kube.create(deployment_manifest(cluster))
+    md = await eventually(lambda: phase_is(cluster, "Failed"), timeout=TIMEOUT, message="Failed")
+    created = condition(md, "ResourceCreated")
+    assert (created["status"], created["reason"]) == ("False", "ResourceConflict")
+    assert "qwen" in created["message"] and "not managed by this ModelDeployment" in created["message"]
+    assert condition(md, "Ready")["reason"] == "ResourceConflict"
+    after = await cluster.kube.get("apps/v1", "Deployment", "qwen", cluster.namespace)
+    assert after["spec"] == before["spec"] and not after["metadata"].get("ownerReferences")  # left alone
+
+
+async def test_a_dropped_watch_and_an_expired_one_lose_no_change(controller: Controller, cluster: Cluster) -> None:
+    emulator = cluster.need_emulator()
+    await cluster.kube.create(deployment_manifest(cluster, "one"))
+    await cluster.kube.create(deployment_manifest(cluster, "two"))
+    await eventually(lambda: phase_is(cluster, "Deploying", "two"), timeout=TIMEOUT, message="two Deploying")
+    await eventually(lambda: phase_is(cluster, "Deploying", "one"), timeout=TIMEOUT, message="one Deploying")
+
+    # dropped: changes made while no watch is open arrive when it resumes from its last version
+    lists = emulator.requests["list ModelDeployment"]
+    emulator.hold_watches()
+    await cluster.kube.create(deployment_manifest(cluster, "three"))
+    await cluster.kube.delete("v1", "Service", "two", cluster.namespace)  # a hand-deleted object of Jetway's
+    emulator.release_watches()
+    await eventually(lambda: get_obj(cluster, "apps/v1", "Deployment", "three"), timeout=TIMEOUT, message="three created")
+    await eventually(lambda: get_obj(cluster, "v1", "Service", "two"), timeout=TIMEOUT, message="two's Service back")
+    assert emulator.requests["list ModelDeployment"] == lists  # resumed, not listed again
+
+    # expired: the history is gone (410), so the watcher lists again and catches up, deletions included
+    emulator.hold_watches()
+    await cluster.kube.delete(MDV, "ModelDeployment", "one", cluster.namespace)
+    md = await cluster.kube.get(MDV, "ModelDeployment", "three", cluster.namespace)
+    await cluster.kube.patch(md, {"spec": {"scaling": {"replicas": 2}}})
+    emulator.compact()
+    emulator.release_watches()
+
+    async def caught_up() -> bool:
+        three = await get_obj(cluster, "apps/v1", "Deployment", "three")
+        return await get_md(cluster, "one") is None and three is not None and three["spec"]["replicas"] == 2
+
+    await eventually(caught_up, timeout=TIMEOUT, message="the changes behind the 410 applied")
+    assert emulator.requests["list ModelDeployment"] > lists
+
+
+async def test_services_restarted_mid_way_converge_without_duplicate_writes(
+    controller: Controller, cluster: Cluster, nats: NatsEndpoint
+) -> None:
+    await controller.stop("workload")
+    await cluster.kube.create(deployment_manifest(cluster))
+    await eventually(lambda: get_obj(cluster, "v1", "PersistentVolumeClaim", "qwen-cache"), timeout=TIMEOUT, message="storage went ahead")
+    await controller.start("workload")
+    await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying once the workload is back")
+    written = await cluster.kube.get("apps/v1", "Deployment", "qwen", cluster.namespace)
+    recorded = await history(nats.url, cluster.namespace, "qwen")
+    md_version = (await get_md(cluster) or {})["metadata"]["resourceVersion"]
+
+    for name in ("watcher", "workload", "storage", "selector"):
+        await controller.restart(name)
+    for name in ("watcher", "workload", "storage"):  # two level-triggered passes each: everything re-asserted
+        runner = controller.runners[name]
+        start = runner.passes
+        await eventually(lambda r=runner, s=start: r.passes >= s + 2, timeout=TIMEOUT, message=f"{name} resynced")
+
+    again = await cluster.kube.get("apps/v1", "Deployment", "qwen", cluster.namespace)
+    assert again["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]  # re-applied as a no-op
+    assert await history(nats.url, cluster.namespace, "qwen") == recorded  # nothing recorded twice
+    assert (await get_md(cluster) or {})["metadata"]["resourceVersion"] == md_version  # status not rewritten
+    if cluster.emulator is not None:
+        assert cluster.emulator.writes_to("Deployment", "qwen") == 1
+
+
+async def test_a_hand_deleted_deployment_comes_back_unless_paused(controller: Controller, cluster: Cluster) -> None:
+    await cluster.kube.create(deployment_manifest(cluster))
+    await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying")
+    first = await cluster.kube.get("apps/v1", "Deployment", "qwen", cluster.namespace)
+    await cluster.kube.delete("apps/v1", "Deployment", "qwen", cluster.namespace)
+
+    async def recreated() -> dict[str, Any] | None:
+        obj = await get_obj(cluster, "apps/v1", "Deployment", "qwen")
+        return obj if obj and obj["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+    await eventually(recreated, timeout=TIMEOUT, message="the Deployment re-created")
+
+    md = await cluster.kube.get(MDV, "ModelDeployment", "qwen", cluster.namespace)
+    await cluster.kube.patch(md, {"metadata": {"annotations": {"airunway.ai/reconcile-paused": "true"}}})
+    workload = controller.runners["workload"]
+
+    async def paused_seen() -> bool:
+        state: Any = workload.service
+        found = [d for k, d in state.state.deployments.items() if k.name == "qwen"]
+        return bool(found and found[0].paused)
+
+    await eventually(paused_seen, timeout=TIMEOUT, message="the pause recorded")
+    await cluster.kube.delete("apps/v1", "Deployment", "qwen", cluster.namespace)
+    start = workload.passes
+    await eventually(lambda: workload.passes >= start + 2, timeout=TIMEOUT, message="two resyncs")
+    with pytest.raises(NotFound):
+        await cluster.kube.get("apps/v1", "Deployment", "qwen", cluster.namespace)
+
+
+async def test_an_object_created_while_the_webhook_was_down_is_refused_with_its_reasons(controller: Controller, cluster: Cluster) -> None:
+    # (most rules are also CEL rules in the CRD, which the API server enforces itself; this one is not)
+    await cluster.kube.create(deployment_manifest(cluster, "bad", **{"spec.model.id": "PLACEHOLDER-model-id"}))
+    md = await eventually(lambda: phase_is(cluster, "Failed", "bad"), timeout=TIMEOUT, message="refused")
+    validated = condition(md, "Validated")
+    assert (validated["status"], validated["reason"]) == ("False", "ValidationFailed")
+    assert "spec.model.id" in validated["message"] and "placeholder" in validated["message"]
+    assert await get_obj(cluster, "apps/v1", "Deployment", "bad") is None
+
+    # managed storage changed behind the webhook's back: the accepted spec keeps running, the status says why
+    await cluster.kube.create(deployment_manifest(cluster))
+    md = await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying")
+    volumes = md["spec"]["model"]["storage"]["volumes"]
+    await cluster.kube.patch(md, {"spec": {"model": {"storage": {"volumes": [{**volumes[0], "size": "40Gi"}]}}}})
+    md = await eventually(lambda: phase_is(cluster, "Failed"), timeout=TIMEOUT, message="the change refused")
+    validated = condition(md, "Validated")
+    assert validated["status"] == "False" and "spec.model.storage.volumes[0]" in validated["message"]
+    claim = await cluster.kube.get("v1", "PersistentVolumeClaim", "qwen-cache", cluster.namespace)
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    await cluster.kube.patch(md, {"spec": {"model": {"storage": {"volumes": volumes}}}})  # put back: accepted again
+    await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="back to Deploying")
+    assert condition(await get_md(cluster) or {}, "Validated")["status"] == "True"

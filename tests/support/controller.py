@@ -1,0 +1,104 @@
+"""Jetway in Kubernetes mode for tests: the real services, each on its own NATS connection (as in
+separate pods), against the API emulator or the cluster KUBECONFIG names."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.client import Client
+
+from runtime.bus import connect
+from runtime.kube import Kube, KubeError
+from runtime.kubewriter import KubeWriter
+from runtime.service import Runner, RunnerSettings
+from services.selector.handlers import SelectorService
+from services.storage.handlers import StorageService
+from services.watcher import main as watcher_main
+from services.watcher.cluster import ClusterSync
+from services.workload.handlers import WorkloadService
+from tests.support.cluster import Cluster
+from tests.support.waiting import eventually
+
+SETTINGS = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
+RESYNC = 1.0  # seconds: short, so level-triggered repair is seen within a test
+
+
+@dataclass
+class Controller:
+    nats_url: str
+    cluster: Cluster
+    namespace: str | None
+    runners: dict[str, Runner] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    connections: dict[str, Client] = field(default_factory=dict)
+    kubes: dict[str, Kube] = field(default_factory=dict)
+
+    @property
+    def sync(self) -> ClusterSync:
+        service: Any = self.runners["watcher"].service
+        assert service.cluster is not None
+        return service.cluster  # type: ignore[no-any-return]
+
+    def _builders(self) -> dict[str, Callable[[Client, Kube], Runner]]:
+        def watcher(nc: Client, kube: Kube) -> Runner:
+            return watcher_main.build(nc, settings=SETTINGS, cluster=kube, namespace=self.namespace, resync_interval=RESYNC).runner
+
+        return {
+            "watcher": watcher,
+            "selector": lambda nc, kube: Runner(SelectorService(), nc, SETTINGS),
+            "storage": lambda nc, kube: Runner(StorageService(KubeWriter(kube), resync_interval=RESYNC), nc, SETTINGS),
+            "workload": lambda nc, kube: Runner(WorkloadService(KubeWriter(kube), resync_interval=RESYNC), nc, SETTINGS),
+        }
+
+    async def start(self, *names: str) -> None:
+        builders = self._builders()
+        for name in names or tuple(builders):
+            nc = await connect(self.nats_url, name=name)
+            kube = await self.cluster.connect()
+            runner = builders[name](nc, kube)
+            self.connections[name], self.kubes[name], self.runners[name] = nc, kube, runner
+            self.tasks[name] = asyncio.create_task(runner.run(), name=name)
+        started = [self.runners[n] for n in names or tuple(builders)]
+        await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in started)), 30)
+        if "watcher" in (names or tuple(builders)):
+            await asyncio.wait_for(self.sync.ready.wait(), 30)
+
+    async def stop(self, *names: str) -> None:
+        for name in names or tuple(self.runners):
+            runner = self.runners.pop(name)
+            runner.stop()
+            task = self.tasks.pop(name)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 10)
+            await self.connections.pop(name).close()
+            await self.kubes.pop(name).close()
+
+    async def restart(self, name: str) -> None:
+        await self.stop(name)
+        await self.start(name)
+
+
+@contextlib.asynccontextmanager
+async def running_controller(nats_url: str, cluster: Cluster) -> AsyncIterator[Controller]:
+    await cluster.install_crds()
+    controller = Controller(nats_url, cluster, None if cluster.emulator is not None else cluster.namespace)
+    await controller.start()
+    try:
+        yield controller
+    finally:
+        if cluster.real:  # let Jetway remove its finalizers before the namespace goes
+            with contextlib.suppress(KubeError):
+                items, _ = await cluster.kube.list("airunway.ai/v1alpha1", "ModelDeployment", cluster.namespace)
+                for item in items:
+                    await cluster.kube.delete("airunway.ai/v1alpha1", "ModelDeployment", item["metadata"]["name"], cluster.namespace)
+
+                async def gone() -> bool:
+                    left, _ = await cluster.kube.list("airunway.ai/v1alpha1", "ModelDeployment", cluster.namespace)
+                    return not left
+
+                await eventually(gone, timeout=60, message="test ModelDeployments removed")
+        await controller.stop()
