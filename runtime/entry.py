@@ -5,17 +5,21 @@ Reads the environment the manifests in `deploy/` set:
 - `JETWAY_MODE`: `standalone` (default) or `cluster`, where the process talks to Kubernetes
   (in-cluster service account, else `$KUBECONFIG`);
 - `JETWAY_HEALTH_PORT` (default 8090): `/healthz` (the process and its NATS connection are
-  alive) and `/readyz` (every service rebuilt its state and the extra checks pass).
+  alive) and `/readyz` (every service rebuilt its state and the extra checks pass);
+- `JETWAY_DEV_RELOAD=true` (the Tilt stack): when a source file changes, drain and start again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 from nats.aio.client import Client
@@ -45,6 +49,30 @@ class Context:
     @staticmethod
     def env(name: str, default: str = "") -> str:
         return os.environ.get(name, default)
+
+
+SOURCES = ("contracts", "runtime", "services", "cli")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sources_stamp(root: Path) -> tuple[tuple[str, float], ...]:  # (path, mtime) of every source file
+    return tuple(sorted((str(p), p.stat().st_mtime) for d in SOURCES for p in (root / d).rglob("*.py") if p.is_file()))
+
+
+Stamp = tuple[tuple[str, float], ...]
+
+
+async def reload_when_changed(stop: asyncio.Event, root: Path, interval: float = 1.0, before: Stamp | None = None) -> bool:
+    """Dev mode: poll the sources (Tilt syncs them into the container) and ask for a restart on a change."""
+    if before is None:
+        before = await asyncio.to_thread(sources_stamp, root)
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+        if await asyncio.to_thread(sources_stamp, root) != before:
+            stop.set()
+            return True
+    return False
 
 
 def cluster_mode() -> bool:
@@ -94,6 +122,9 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) ->
         for start in context.after_ready:
             stops.append(await start())
 
+    reload = None
+    if os.environ.get("JETWAY_DEV_RELOAD") == "true":
+        reload = asyncio.create_task(reload_when_changed(stop, ROOT))
     try:
         await run_until_stopped(runners, stop, ready)
     finally:
@@ -104,6 +135,9 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) ->
         if kube is not None:
             await kube.close()
         await nc.drain()
+    if reload is not None and reload.done() and reload.result():
+        logging.getLogger("jetway").info("sources changed: restarting", extra={"service": name})
+        os.execv(sys.executable, [sys.executable, "-m", f"services.{name}"])
 
 
 def main(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) -> None:

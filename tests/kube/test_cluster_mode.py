@@ -16,7 +16,7 @@ from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.kube import Kube, NotFound
 from tests.contracts.cases import MD, changed
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, foreign_crd
 from tests.support.controller import Controller, running_controller
 from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
@@ -326,3 +326,21 @@ async def test_an_object_created_while_the_webhook_was_down_is_refused_with_its_
     await cluster.kube.patch(md, {"spec": {"model": {"storage": {"volumes": volumes}}}})  # put back: accepted again
     await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="back to Deploying")
     assert condition(await get_md(cluster) or {}, "Validated")["status"] == "True"
+
+
+async def test_providers_register_in_the_cluster_and_follow_their_operators_crds(controller: Controller, cluster: Cluster) -> None:
+    async def ready(name: str) -> bool | None:
+        config = await cluster.kube.get_or_none(MDV, "InferenceProviderConfig", name)
+        return None if config is None else (config.get("status") or {}).get("ready")
+
+    assert await eventually(lambda: ready("vllm"), timeout=TIMEOUT, message="vllm registered and ready")
+    emulator = cluster.need_emulator()  # installing another project's CRD is not for a shared cluster
+    await eventually(lambda: _is(ready("dynamo"), False), timeout=TIMEOUT, message="dynamo registered, not ready")
+    emulator.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
+    await eventually(lambda: ready("dynamo"), timeout=TIMEOUT, message="dynamo ready once its CRD is served")
+    await cluster.kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", "dynamographdeployments.nvidia.com")
+    await eventually(lambda: _is(ready("dynamo"), False), timeout=TIMEOUT, message="dynamo not ready once its CRD is gone")
+
+
+async def _is(value: Any, expected: Any) -> bool:
+    return bool(await value == expected)

@@ -74,3 +74,26 @@ async def cluster_for_tests() -> AsyncIterator[Cluster]:
     finally:
         await kube.close()
         await emulator.stop()
+
+
+def foreign_crd(group: str, version: str, kind: str, plural: str, *, namespaced: bool = True) -> dict[str, object]:
+    """A minimal CRD standing in for another project's (an operator Jetway talks to)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }

@@ -49,6 +49,7 @@ LIST_MAP_KEYS = {
     "ports": "name",
     "listeners": "name",
     "addresses": "value",
+    "webhooks": "name",
 }
 SET_LISTS = {"finalizers"}
 IDENTITY = {"apiVersion", "kind"}

@@ -1,0 +1,278 @@
+"""deploy/ builds with kustomize, every object passes kubernetes-validate, and the manifests give
+each service what its code needs and no more; the Tiltfile loads with stub Tilt built-ins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import starlark as sl
+import yaml
+
+from cli.render import objects_for
+from contracts.admission import admit
+from contracts.kinds import KINDS
+from contracts.modeldeployment import ModelDeployment
+from contracts.providerconfig import InferenceProviderConfigSpec
+from services.selector.decide import Provider
+from services.watcher.webhook import build_app
+from services.workload.providers import builtin_configs
+from tests.contracts.cases import MD, changed
+from tests.support.cli import ROOT
+
+KUBECTL = Path(sys.executable).parent / "kubectl"
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    built = subprocess.run([str(KUBECTL), "kustomize", str(path)], capture_output=True, text=True, timeout=60, check=False)
+    assert built.returncode == 0, built.stderr
+    return [d for d in yaml.safe_load_all(built.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict[str, Any]]:
+    return kustomize(ROOT / "deploy")
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+@pytest.mark.parametrize("folder", ["deploy", "tilt"])
+def test_every_object_passes_kubernetes_validate(folder: str) -> None:
+    found = kustomize(ROOT / folder)
+    failures = []
+    for obj in found:
+        try:
+            kubernetes_validate.validate(obj, "1.37.0", strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            failures.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message}")
+    assert not failures
+    assert {o["metadata"].get("namespace") for o in found if o["kind"] in ("Deployment", "StatefulSet", "Service")} == {"jetway-system"}
+
+
+def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[dict[str, Any]]) -> None:
+    deployments = of_kind(objects, "Deployment")
+    assert set(deployments) == {f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway")}
+    for name, deployment in deployments.items():
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        module = container["command"][-1]
+        assert container["command"][:2] == ["python", "-m"] and (ROOT / module.replace(".", "/") / "__main__.py").exists(), name
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" and container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert container["resources"]["requests"]["memory"] and container["resources"]["limits"]["memory"]
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] and security["runAsNonRoot"] and not security["allowPrivilegeEscalation"]
+        assert security["capabilities"]["drop"] == ["ALL"] and pod["securityContext"]["runAsUser"] != 0
+        assert pod["serviceAccountName"] == name
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["JETWAY_MODE"] == "cluster" and env["JETWAY_NATS_URL"] == "nats://jetway-nats:4222"
+    assert not deployments["jetway-selector"]["spec"]["template"]["spec"]["automountServiceAccountToken"]  # NATS only
+
+
+def test_nats_keeps_its_events_on_a_volume_and_syncs_every_write(objects: list[dict[str, Any]]) -> None:
+    nats = of_kind(objects, "StatefulSet")["jetway-nats"]
+    assert nats["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+    config = of_kind(objects, "ConfigMap")["jetway-nats"]["data"]["nats.conf"]
+    assert "sync_interval: always" in config and "store_dir: /data/jetstream" in config
+    mounts = {m["mountPath"] for m in nats["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert "/data" in mounts
+
+
+def _rules(objects: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
+    """Every rule granted to one ServiceAccount, through its (Cluster)RoleBindings."""
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    granted = []
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if any(s["name"] == account for s in binding["subjects"]):
+            granted += roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]["rules"]
+    return granted
+
+
+def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] and not r.get("resourceNames") for r in rules)
+
+
+def _plural(kind: str) -> str:
+    return kind.lower() + ("es" if kind.endswith("s") else "s")
+
+
+def rendered(provider: str) -> list[dict[str, Any]]:
+    """What Jetway writes for a deployment on `provider`, with a model cache (PVC and download Job)."""
+    manifest = changed(
+        MD,
+        {"spec.provider": {"name": provider}, "spec.model.storage.volumes": [{"name": "cache", "purpose": "modelCache", "size": "20Gi"}]},
+    )
+    verdict = admit(manifest)
+    assert isinstance(verdict.obj, ModelDeployment), verdict.problems
+    providers = [Provider(c["metadata"]["name"], InferenceProviderConfigSpec.model_validate(c["spec"]), True) for c in builtin_configs()]
+    objects, _ = objects_for(verdict.obj, "uid-1", providers)
+    return objects
+
+
+def test_rbac_grants_each_service_what_its_code_writes_and_no_wildcards(objects: list[dict[str, Any]]) -> None:
+    for role in (o for o in objects if o["kind"] in ("Role", "ClusterRole")):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"], role["metadata"]["name"]
+    written: dict[str, set[tuple[str, str]]] = {"workload": set(), "storage": set()}
+    for provider in ("vllm", "llmd", "dynamo", "kaito", "kuberay"):
+        for obj in rendered(provider):
+            owner = "storage" if obj["kind"] in ("PersistentVolumeClaim", "Job") else "workload"
+            group = obj["apiVersion"].rsplit("/", 1)[0] if "/" in obj["apiVersion"] else ""
+            written[owner].add((group, _plural(obj["kind"])))
+    assert ("", "persistentvolumeclaims") in written["storage"] and ("kaito.sh", "workspaces") in written["workload"]
+    for service, resources in written.items():
+        rules = _rules(objects, f"jetway-{service}")
+        for group, resource in resources:
+            for verb in ("get", "create", "patch", "delete"):
+                assert _allows(rules, group, resource, verb), f"jetway-{service} may not {verb} {group}/{resource}"
+    watcher = _rules(objects, "jetway-watcher")
+    for info in KINDS.values():
+        for verb in ("list", "watch"):
+            assert _allows(watcher, info.group, info.plural, verb)
+        assert _allows(watcher, info.group, f"{info.plural}/status", "patch")
+    assert not _allows(watcher, "apps", "deployments", "patch")  # reads workloads, never writes them
+    assert _rules(objects, "jetway-selector") == []
+
+
+def test_the_webhook_configurations_cover_every_kind_and_reach_the_server(objects: list[dict[str, Any]]) -> None:
+    routes = {r.resource.canonical for r in build_app().router.routes() if r.resource is not None}
+    validating = of_kind(objects, "ValidatingWebhookConfiguration")["jetway"]["webhooks"][0]
+    covered = {(g, r) for rule in validating["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert covered == {(i.group, i.plural) for i in KINDS.values()}
+    mutating = of_kind(objects, "MutatingWebhookConfiguration")["jetway"]["webhooks"][0]
+    for hook in (validating, mutating):
+        service = hook["clientConfig"]["service"]
+        assert service["path"] in routes and service["name"] in of_kind(objects, "Service")
+    webhook_service = of_kind(objects, "Service")["jetway-webhook"]
+    watcher_ports = {
+        p["name"] for p in of_kind(objects, "Deployment")["jetway-watcher"]["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
+    assert webhook_service["spec"]["ports"][0]["targetPort"] in watcher_ports
+
+
+def test_the_dockerfile_builds_the_image_the_manifests_run() -> None:
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    for source in ("contracts", "runtime", "services", "cli"):
+        assert f"COPY --chown=10001:10001 {source} {source}" in dockerfile and (ROOT / source).is_dir()
+    assert "USER 10001:10001" in dockerfile  # the uid the pods' securityContext names
+    built = kustomize(ROOT / "deploy")
+    images = {c["image"] for d in of_kind(built, "Deployment").values() for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {"ghcr.io/jetway-dev/jetway:0.1.0"}
+
+
+# --- the Tiltfile -----------------------------------------------------------------------------
+
+
+class Tilt:
+    """Stub Tilt built-ins that check what the real ones would reject: missing paths, unknown
+    images, workloads and objects that the YAML does not contain, an object claimed twice."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.images: list[str] = []
+        self.objects: list[dict[str, Any]] = []
+        self.resources: dict[str, dict[str, Any]] = {}
+        self.claimed: set[str] = set()
+
+    def path(self, relative: str) -> Path:
+        found = (self.folder / relative).resolve()
+        assert found.exists(), f"{relative} does not exist (relative to {self.folder})"
+        return found
+
+    def builtins(self) -> dict[str, Callable[..., Any]]:
+        def docker_build(
+            ref: str,
+            context: str,
+            dockerfile: str = "Dockerfile",
+            only: list[str] | None = None,
+            live_update: list[Any] | None = None,
+            **_: Any,
+        ) -> None:
+            root = self.path(context)
+            self.path(dockerfile)
+            for item in only or []:
+                assert (root / item).exists(), f"docker_build only= names {item}, which is not in {root}"
+            self.images.append(ref)
+
+        def sync(local: str, remote: str) -> tuple[str, str, str]:
+            self.path(local)
+            assert remote.startswith("/app/"), remote
+            return ("sync", local, remote)
+
+        def fall_back_on(files: list[str]) -> tuple[str, list[str]]:
+            for item in files:
+                self.path(item)
+            return ("fall_back_on", files)
+
+        def kustomize(path: str) -> str:
+            built = subprocess.run(
+                [str(KUBECTL), "kustomize", str(self.path(path))], capture_output=True, text=True, timeout=60, check=False
+            )
+            assert built.returncode == 0, built.stderr
+            return built.stdout
+
+        def k8s_yaml(text: str) -> None:
+            self.objects += [d for d in yaml.safe_load_all(text) if d]
+
+        def k8s_resource(
+            workload: str = "",
+            objects: list[str] | None = None,
+            new_name: str = "",
+            port_forwards: list[str] | None = None,
+            resource_deps: list[str] | None = None,
+            labels: list[str] | None = None,
+            **_: Any,
+        ) -> None:
+            if workload:
+                assert any(o["metadata"]["name"] == workload and o["kind"] in ("Deployment", "StatefulSet") for o in self.objects), workload
+            for selector in objects or []:
+                name, kind = selector.split(":")[:2]
+                matches = [o for o in self.objects if o["metadata"]["name"] == name and o["kind"].lower() == kind]
+                assert len(matches) == 1, f"{selector} selects {len(matches)} objects"
+                assert selector not in self.claimed, f"{selector} claimed twice"
+                self.claimed.add(selector)
+            for dep in resource_deps or []:
+                assert dep in self.resources, f"{workload or new_name} depends on {dep}, which is not defined before it"
+            for forward in port_forwards or []:
+                assert all(p.isdigit() for p in forward.split(":")), forward
+            self.resources[new_name or workload] = {"labels": labels or [], "forwards": port_forwards or []}
+
+        return {
+            "docker_build": docker_build,
+            "sync": sync,
+            "fall_back_on": fall_back_on,
+            "kustomize": kustomize,
+            "k8s_yaml": k8s_yaml,
+            "k8s_resource": k8s_resource,
+        }
+
+
+def test_the_tiltfile_loads_and_covers_the_whole_stack() -> None:
+    folder = ROOT / "tilt"
+    tilt = Tilt(folder)
+    dialect = sl.Dialect.extended()
+    dialect.enable_top_level_stmt = True  # as Tilt's Starlark allows
+    module = sl.Module()
+    for name, builtin in tilt.builtins().items():
+        module.add_callable(name, builtin)
+    sl.eval(module, sl.parse("Tiltfile", (folder / "Tiltfile").read_text(), dialect=dialect), sl.Globals.standard())
+
+    images = {
+        c["image"].split(":")[0] for o in tilt.objects if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == set(tilt.images)  # Tilt substitutes what it builds into every service
+    workloads = {o["metadata"]["name"] for o in tilt.objects if o["kind"] in ("Deployment", "StatefulSet")}
+    assert workloads <= set(tilt.resources)
+    assert "8080:8080" in tilt.resources["jetway-gateway"]["forwards"] and "4222:4222" in tilt.resources["jetway-nats"]["forwards"]
+    assert {label for r in tilt.resources.values() for label in r["labels"]} >= {"watcher", "selector", "storage", "workload", "gateway"}
+    others = {f"{o['metadata']['name']}:{o['kind'].lower()}" for o in tilt.objects if o["kind"] not in ("Deployment", "StatefulSet")}
+    loose = others - tilt.claimed - {"jetway-nats:service", "jetway-nats-headless:service"}  # Tilt attaches a workload's Services itself
+    assert not loose, f"objects no resource groups: {sorted(loose)}"
+    reloading = [o for o in tilt.objects if o["kind"] == "Deployment"]
+    assert all({"name": "JETWAY_DEV_RELOAD", "value": "true"} in o["spec"]["template"]["spec"]["containers"][0]["env"] for o in reloading)
