@@ -2,8 +2,9 @@
 
 Standalone: the apply API (JETWAY_API_HOST/PORT, JETWAY_API_TOKEN required). In a cluster:
 the list-then-watch ingest, status and finalizers (namespace JETWAY_WATCH_NAMESPACE, default
-all), and the admission webhook over TLS (JETWAY_WEBHOOK_PORT, 9443) with its certificate in
-the Secret JETWAY_WEBHOOK_SECRET of JETWAY_NAMESPACE, for the Service JETWAY_WEBHOOK_SERVICE.
+all), and the admission webhook over TLS (JETWAY_WEBHOOK_PORT, 9443; JETWAY_WEBHOOK=false turns
+it off) with its certificate issued into the Secret JETWAY_WEBHOOK_SECRET of JETWAY_NAMESPACE
+for the Service JETWAY_WEBHOOK_SERVICE, or read from JETWAY_WEBHOOK_CERT_DIR when mounted.
 `jetway up` builds the standalone objects in one process.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,18 +129,22 @@ async def start(context: Context) -> list[Runner]:
     assert sync is not None
     context.checks.append(sync.ready.is_set)
     if context.env("JETWAY_WEBHOOK", "true") == "true":
-        namespace = context.env("JETWAY_NAMESPACE", "jetway-system")
-        try:
-            issued = await ensure_certificate(
-                kube,
-                namespace,
-                context.env("JETWAY_WEBHOOK_SECRET", "jetway-webhook-tls"),
-                context.env("JETWAY_WEBHOOK_SERVICE", "jetway-webhook"),
-                context.env("JETWAY_WEBHOOK_NAME", "jetway"),
-            )
-        except KubeError as exc:
-            raise SystemExit(f"cannot set up the admission webhook's certificate: {exc}") from None
-        tls = issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
+        mounted = context.env("JETWAY_WEBHOOK_CERT_DIR")  # cert-manager (or anyone) provides tls.crt and tls.key
+        if mounted:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(Path(mounted) / "tls.crt", Path(mounted) / "tls.key")
+        else:
+            try:
+                issued = await ensure_certificate(
+                    kube,
+                    context.env("JETWAY_NAMESPACE", "jetway-system"),
+                    context.env("JETWAY_WEBHOOK_SECRET", "jetway-webhook-tls"),
+                    context.env("JETWAY_WEBHOOK_SERVICE", "jetway-webhook"),
+                    context.env("JETWAY_WEBHOOK_NAME", "jetway"),
+                )
+            except KubeError as exc:
+                raise SystemExit(f"cannot set up the admission webhook's certificate: {exc}") from None
+            tls = issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
         hooks = await webhook.serve(
             webhook.build_app(allow_link_local=allow_link_local), "0.0.0.0", int(context.env("JETWAY_WEBHOOK_PORT", "9443")), tls
         )

@@ -32,6 +32,7 @@ class Controller:
     nats_url: str
     cluster: Cluster
     namespace: str | None
+    resync: float = RESYNC
     runners: dict[str, Runner] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     connections: dict[str, Client] = field(default_factory=dict)
@@ -41,17 +42,17 @@ class Controller:
     def sync(self) -> ClusterSync:
         service: Any = self.runners["watcher"].service
         assert service.cluster is not None
-        return service.cluster  # type: ignore[no-any-return]
+        return service.cluster
 
     def _builders(self) -> dict[str, Callable[[Client, Kube], Runner]]:
         def watcher(nc: Client, kube: Kube) -> Runner:
-            return watcher_main.build(nc, settings=SETTINGS, cluster=kube, namespace=self.namespace, resync_interval=RESYNC).runner
+            return watcher_main.build(nc, settings=SETTINGS, cluster=kube, namespace=self.namespace, resync_interval=self.resync).runner
 
         return {
             "watcher": watcher,
             "selector": lambda nc, kube: Runner(SelectorService(), nc, SETTINGS),
-            "storage": lambda nc, kube: Runner(StorageService(KubeWriter(kube), resync_interval=RESYNC), nc, SETTINGS),
-            "workload": lambda nc, kube: Runner(WorkloadService(KubeWriter(kube), resync_interval=RESYNC), nc, SETTINGS),
+            "storage": lambda nc, kube: Runner(StorageService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
+            "workload": lambda nc, kube: Runner(WorkloadService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
         }
 
     async def start(self, *names: str) -> None:
@@ -83,9 +84,9 @@ class Controller:
 
 
 @contextlib.asynccontextmanager
-async def running_controller(nats_url: str, cluster: Cluster) -> AsyncIterator[Controller]:
+async def running_controller(nats_url: str, cluster: Cluster, *, resync: float = RESYNC) -> AsyncIterator[Controller]:
     await cluster.install_crds()
-    controller = Controller(nats_url, cluster, None if cluster.emulator is not None else cluster.namespace)
+    controller = Controller(nats_url, cluster, None if cluster.emulator is not None else cluster.namespace, resync)
     await controller.start()
     try:
         yield controller

@@ -706,9 +706,10 @@ class KubeEmulator:
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         plural = rest[0]
-        kind = self.kinds.get((group, plural))
-        if kind is None or kind.version != version:
+        found = self.kinds.get((group, plural))
+        if found is None or found.version != version:
             raise Refused(404, "NotFound", f"the server could not find the requested resource ({path})")
+        kind = found
         name = rest[1] if len(rest) > 1 else None
         subresource = rest[2] if len(rest) > 2 else None
         if subresource not in (None, "status") or (subresource == "status" and not kind.status):
@@ -782,7 +783,7 @@ class KubeEmulator:
                 if remaining <= 0:
                     break
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), min(remaining, self.bookmark_interval))
+                    next_event: Obj | None = await asyncio.wait_for(watcher.queue.get(), min(remaining, self.bookmark_interval))
                 except TimeoutError:
                     if query.get("allowWatchBookmarks") in ("true", "1"):
                         await send(
@@ -796,10 +797,10 @@ class KubeEmulator:
                             }
                         )
                     continue
-                if event is None:  # dropped by a test
+                if next_event is None:  # dropped by a test
                     break
-                await send(event)
-        except (ConnectionResetError, asyncio.CancelledError):
+                await send(next_event)
+        except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             self.watchers.remove(watcher)
