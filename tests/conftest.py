@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -23,8 +24,12 @@ def repo_root() -> Path:
     return ROOT
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
-    """The Kubernetes API emulator over real HTTP; a real cluster instead when KUBECONFIG is set."""
-    async with cluster_for_tests() as found:
+@pytest.fixture(params=["emulator", "kubeconfig"])
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    """Each Kubernetes test runs twice: on the API emulator over real HTTP, and on the cluster
+    KUBECONFIG names (skipped, saying so, when it names none)."""
+    real = request.param == "kubeconfig"
+    if real and not os.environ.get("KUBECONFIG"):
+        pytest.skip("set KUBECONFIG to run the Kubernetes tests against a real cluster too (docs/cluster.md)")
+    async with cluster_for_tests(real=real) as found:
         yield found

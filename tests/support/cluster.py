@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -53,8 +52,9 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def cluster_for_tests() -> AsyncIterator[Cluster]:
-    if os.environ.get("KUBECONFIG"):
+async def cluster_for_tests(*, real: bool = False) -> AsyncIterator[Cluster]:
+    """A real cluster (from KUBECONFIG) when `real`, else a fresh emulator."""
+    if real:
         kube = await Kube.connect()
         await kube.discover()
         namespace = f"jetway-test-{uuid.uuid4().hex[:8]}"
