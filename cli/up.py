@@ -27,6 +27,7 @@ from runtime.process import settle_heap
 from runtime.secrets import FileSecrets
 from runtime.service import Runner
 from services import pipeline
+from services.binding.handlers import BindingService
 from services.gateway import main as gateway_main
 from services.gateway import router
 from services.watcher import api
@@ -146,7 +147,7 @@ async def up(options: Options) -> int:
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
     gateway = gateway_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
-    runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc)]
+    runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc), Runner(BindingService(), nc)]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
     api_runner = router_server = None
     try:

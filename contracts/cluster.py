@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.events import Decision, Event, StatusCondition, StatusSlice, register
+from contracts.subjects import Key
 
 CLEANUP_FINALIZER = "airunway.ai/jetway-cleanup"
+DISCOVERY = Key("Cluster", "", "discovery")  # where ApisDiscovered is recorded (by the watcher)
 OBSERVED = "observed"  # the facet observations of a resource's objects are recorded on
 
 
@@ -125,13 +127,24 @@ def summarize(obj: dict[str, Any]) -> dict[str, Any]:
         return {"conditions": _conditions(status), "applications": {name: app.get("status", "") for name, app in applications.items()}}
     if kind == "Gateway":
         return {
+            "generation": (obj.get("metadata") or {}).get("generation", 1),
             "labels": dict((obj.get("metadata") or {}).get("labels") or {}),
             "gatewayClassName": spec.get("gatewayClassName", ""),
             "listeners": spec.get("listeners") or [],
             "addresses": [a.get("value") for a in status.get("addresses") or [] if a.get("value")],
             "listenerStatus": {
-                item.get("name", ""): {c.get("type"): c.get("status") for c in item.get("conditions") or []}
+                item.get("name", ""): {
+                    c.get("type"): {"status": c.get("status"), "observedGeneration": c.get("observedGeneration")}
+                    for c in item.get("conditions") or []
+                }
                 for item in status.get("listeners") or []
             },
+        }
+    if kind in ("InferencePool", "HTTPRoute", "Agent"):
+        return {"conditions": _conditions(status)}
+    if kind == "Service":
+        return {
+            "clusterIP": spec.get("clusterIP", ""),
+            "ports": [{k: p.get(k) for k in ("name", "port") if k in p} for p in spec.get("ports") or []],
         }
     return {}

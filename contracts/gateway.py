@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -39,3 +40,29 @@ class ProbeSignal(msgspec.Struct, frozen=True):
 
 def probe_signal(subject: str) -> bytes:
     return msgspec.json.encode(ProbeSignal(subject=subject, at=datetime.now(UTC)))
+
+
+# --- the control plane: a ModelDeployment's Gateway API Inference Extension objects --------------
+
+
+class GatewayReconciled(Decision, frozen=True, tag="GatewayReconciled.v1"):
+    """What the gateway service set up for a deployment: which Gateway, the objects it wrote (the
+    InferencePool and endpoint picker, the HTTPRoute, a ReferenceGrant, the router member) and
+    `GatewayReady` with `status.gateway` in its status slice."""
+
+    gateway: str = ""  # "namespace/name" of the chosen Gateway, "" when none
+    objects: tuple[dict[str, Any], ...] = ()  # references of what stands in the cluster for this decision
+    reason: str = ""
+
+    def holds_objects(self) -> bool:
+        return bool(self.objects)
+
+    def describe(self) -> str:
+        return (
+            f"{self.reason}"
+            + (f" via {self.gateway}" if self.gateway else "")
+            + (f", {len(self.objects)} object(s)" if self.objects else "")
+        )
+
+
+register(GatewayReconciled)

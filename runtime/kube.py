@@ -187,15 +187,21 @@ class Kube:
             raise NotFound(404, "NotFound", f"the cluster does not serve {kind} in {api_version}")
         return resource
 
+    async def served(self, api_version: str, kind: str) -> Resource:
+        """The resource for a kind, discovering again when it is not known: a CRD may have come since."""
+        if self.discovery.find(api_version, kind) is None:
+            await self.discover()
+        return self.resource(api_version, kind)
+
     # --- objects ---------------------------------------------------------------------------
 
-    def _locate(self, obj: dict[str, Any]) -> tuple[Resource, str | None, str]:
-        resource = self.resource(obj["apiVersion"], obj["kind"])
+    async def _locate(self, obj: dict[str, Any]) -> tuple[Resource, str | None, str]:
+        resource = await self.served(obj["apiVersion"], obj["kind"])
         meta = obj.get("metadata", {})
         return resource, (meta.get("namespace") if resource.namespaced else None), meta["name"]
 
     async def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        resource = self.resource(api_version, kind)
+        resource = await self.served(api_version, kind)
         return dict(await self.request("GET", resource.path(namespace if resource.namespaced else None, name)))
 
     async def get_or_none(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -207,28 +213,28 @@ class Kube:
     async def list(
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
     ) -> tuple[list[Any], str]:
-        resource = self.resource(api_version, kind)
+        resource = await self.served(api_version, kind)
         query = [("labelSelector", label_selector)] if label_selector else []
         listing = await self.request("GET", resource.path(namespace if resource.namespaced else None), query=query)
         return list(listing.get("items", [])), str(listing.get("metadata", {}).get("resourceVersion", ""))
 
     async def apply(self, obj: dict[str, Any], *, manager: str, subresource: str | None = None, force: bool = True) -> dict[str, Any]:
         """Server-side apply: the fields in `obj` are this manager's; the API server merges and tracks ownership."""
-        resource, namespace, name = self._locate(obj)
+        resource, namespace, name = await self._locate(obj)
         query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
         return dict(await self.request("PATCH", resource.path(namespace, name, subresource), query=query, body=obj, content_type=APPLY))
 
     async def patch(self, obj: dict[str, Any], patch: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
-        resource, namespace, name = self._locate(obj)
+        resource, namespace, name = await self._locate(obj)
         return dict(await self.request("PATCH", resource.path(namespace, name, subresource), body=patch, content_type=MERGE))
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        resource, namespace, _ = self._locate(obj)
+        resource, namespace, _ = await self._locate(obj)
         return dict(await self.request("POST", resource.path(namespace), body=obj))
 
     async def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         """Delete (background propagation); False when it was already gone."""
-        resource = self.resource(api_version, kind)
+        resource = await self.served(api_version, kind)
         try:
             await self.request(
                 "DELETE",
@@ -250,7 +256,7 @@ class Kube:
         timeout: int = 300,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """(type, object) pairs from `resource_version` on; raises Gone when that version is too old."""
-        resource = self.resource(api_version, kind)
+        resource = await self.served(api_version, kind)
         query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout)]
         if resource_version:
             query.append(("resourceVersion", resource_version))

@@ -29,10 +29,10 @@ class KubeWriter:
         self.kube = kube
 
     async def _resource_known(self, obj: dict[str, Any]) -> None:
-        if self.kube.discovery.find(obj["apiVersion"], obj["kind"]) is None:
-            await self.kube.discover()  # a CRD may have appeared since
-            if self.kube.discovery.find(obj["apiVersion"], obj["kind"]) is None:
-                raise NotServed(f"the cluster does not serve {obj['kind']} ({obj['apiVersion']}): is its operator installed?")
+        try:
+            await self.kube.served(obj["apiVersion"], obj["kind"])  # discovers again if a CRD may have appeared since
+        except NotFound:
+            raise NotServed(f"the cluster does not serve {obj['kind']} ({obj['apiVersion']}): is its operator installed?") from None
 
     async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
         for obj in objects:

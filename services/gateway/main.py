@@ -1,7 +1,8 @@
 """Entry point: `python -m services.gateway` (see runtime/entry.py for the common environment).
 
 Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR,
-JETWAY_ALLOW_LINK_LOCAL. `jetway up` builds the same objects in one process.
+JETWAY_ALLOW_LINK_LOCAL; in a cluster JETWAY_GATEWAY (namespace/name of the Gateway to use) and
+JETWAY_EPP_IMAGE. `jetway up` builds the same objects in one process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from runtime.entry import Context, Stop
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runner, RunnerSettings
 from services.gateway import router
+from services.gateway.control import DEFAULT_EPP_IMAGE
+from services.gateway.gatewayapi import GatewayApiService
 from services.gateway.handlers import DEFAULT_PROBE_INTERVAL, GatewayService
 from services.gateway.probe import Prober
 from services.gateway.signal import SignalClient
@@ -70,4 +73,13 @@ async def start(context: Context) -> list[Runner]:
         return stop
 
     context.after_ready.append(serve_router)
-    return [gateway.runner]
+    if context.kube is None:
+        return [gateway.runner]
+    # Kubernetes mode: the control plane too (InferencePools, HTTPRoutes, status.gateway, router members)
+    control = GatewayApiService(
+        context.kube,
+        configured_gateway=context.env("JETWAY_GATEWAY") or None,
+        epp_image=context.env("JETWAY_EPP_IMAGE", DEFAULT_EPP_IMAGE),
+        resync_interval=float(context.env("JETWAY_RESYNC_SECONDS", "30")),
+    )
+    return [gateway.runner, Runner(control, context.nc)]

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from contracts.cluster import CLEANUP_FINALIZER, OBSERVED, ApisDiscovered, DeletionRequested, ObjectObserved, SpecRejected, rejected
+from contracts.cluster import (
+    CLEANUP_FINALIZER,
+    DISCOVERY,
+    OBSERVED,
+    ApisDiscovered,
+    DeletionRequested,
+    ObjectObserved,
+    SpecRejected,
+    rejected,
+)
 from contracts.conditions import same_decision
 from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
 from contracts.kinds import KINDS
@@ -30,7 +39,6 @@ if TYPE_CHECKING:
     from services.watcher.handlers import WatcherService
 
 log = logging.getLogger("jetway.watcher.cluster")
-DISCOVERY = Key("Cluster", "", "discovery")
 SELF = "watcher"
 REPORTED = "reported"
 MANAGED = "airunway.ai/managed-by=jetway"
@@ -43,6 +51,9 @@ OWNED = (
     ("nvidia.com/v1alpha1", "DynamoGraphDeployment"),
     ("kaito.sh/v1beta1", "Workspace"),
     ("ray.io/v1", "RayService"),
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("kagent.dev/v1alpha2", "Agent"),
 )
 READ = (("gateway.networking.k8s.io/v1", "Gateway"),)
 CRDS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
@@ -250,8 +261,7 @@ class ClusterSync:
                 }
             ],
         }
-        if key.kind not in ("ModelDeployment", "AgentDeployment", "InferencePoolMember"):
-            body.pop("phase")
+        body = status.fitting(key.kind, body)  # only what the kind's status has (an AgentDeployment has no message)
         if not status.contained({k: v for k, v in body.items() if k != "conditions"}, obj.get("status") or {}):
             await self._apply_status(key, obj, SELF, body)
 
@@ -259,7 +269,7 @@ class ClusterSync:
         """A provider's own controller reports readiness on its config; Jetway's built-ins report theirs as events."""
         current = self.service.state.resources.items[key]
         fields = ingest.reported(obj)
-        if not fields or current.decision("workload") is not None:
+        if not fields or current.decision("workload") is not None or current.decision("binding") is not None:
             return
         last = current.decision(REPORTED)
         if last is None or last.status.fields != fields:
@@ -313,17 +323,19 @@ class ClusterSync:
             await self._set_finalizer(key, obj, False)
 
     async def _set_finalizer(self, key: Key, obj: dict[str, Any], present: bool) -> None:
-        meta: dict[str, Any] = {"name": key.name, **({"namespace": key.namespace} if key.namespace else {})}
-        if present:
-            meta["finalizers"] = [CLEANUP_FINALIZER]
+        """A merge patch guarded by resourceVersion: it never creates the object (a server-side apply would, if
+        the object went meanwhile), and a concurrent change makes it fail and be retried from what is current."""
+        current = list(obj["metadata"].get("finalizers") or [])
+        wanted = [*current, CLEANUP_FINALIZER] if present else [f for f in current if f != CLEANUP_FINALIZER]
+        patch = {"metadata": {"finalizers": wanted or None, "resourceVersion": obj["metadata"]["resourceVersion"]}}
         try:
-            # server-side apply as the watcher: removing it drops only the finalizer this manager set
-            updated = await self.kube.apply({"apiVersion": obj["apiVersion"], "kind": key.kind, "metadata": meta}, manager="jetway-watcher")
+            updated = await self.kube.patch(obj, patch)
             self.writes += 1
         except NotFound:
             return
         except KubeError as exc:
-            log.warning("finalizer of %s not %s: %s", key, "added" if present else "removed", exc.message)
+            if exc.status != 409:
+                log.warning("finalizer of %s not %s: %s", key, "added" if present else "removed", exc.message)
             return
         if key in self.live and updated.get("metadata", {}).get("resourceVersion"):
             self.live[key] = updated

@@ -35,7 +35,7 @@ def status_fields(kind: str) -> frozenset[str]:
     return frozenset((f.alias or n) for n, f in model.model_fields.items()) if model else frozenset()
 
 
-def _fitting(kind: str, status: dict[str, Any]) -> dict[str, Any]:
+def fitting(kind: str, status: dict[str, Any]) -> dict[str, Any]:
     allowed = status_fields(kind)
     return {k: v for k, v in status.items() if k in allowed}
 
@@ -81,7 +81,7 @@ def owner_statuses(state: ResourceState, live: dict[str, Any]) -> dict[str, dict
         conditions = [_transition(c, previous.get(c.type), stamp) for c in decision.status.conditions]
         if conditions:
             status["conditions"] = [{k: v for k, v in condition_dict(c).items() if v is not None} for c in conditions]
-        out[owner] = _fitting(state.key.kind, status)
+        out[owner] = fitting(state.key.kind, status)
     return out
 
 
@@ -96,7 +96,7 @@ def composed(state: ResourceState) -> dict[str, Any]:
     observed = state.observed_generation()
     if observed is not None:
         status["observedGeneration"] = observed
-    return _fitting(state.key.kind, status)
+    return fitting(state.key.kind, status)
 
 
 def contained(wanted: Any, live: Any) -> bool:

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from contracts.admission import admit
-from contracts.cluster import ApisDiscovered, WorkloadObserved
+from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope, ResourceApplied, StatusReported, StatusSlice
 from contracts.pipeline import WorkloadRendered
@@ -21,7 +21,6 @@ from services.workload.providers import BUILTIN, VERSION, builtin_configs
 
 log = logging.getLogger("jetway.workload")
 PROVIDER_KIND = "InferenceProviderConfig"
-DISCOVERY = Key("Cluster", "", "discovery")
 PROVIDER_CRDS = {
     "dynamo": ("nvidia.com/v1alpha1", "dynamographdeployments"),
     "kuberay": ("ray.io/v1", "rayservices"),
@@ -115,7 +114,8 @@ class WorkloadService(Service):
             or not isinstance(deployment.last, WorkloadRendered | WorkloadObserved)
         ):
             return True
-        return any(not seen.exists for seen in deployment.observed.values())  # deleted by hand: bring it back
+        held = {(o["kind"], o["metadata"]["name"]) for o in deployment.rendered.objects} if deployment.rendered else set()
+        return any(not seen.exists for where, seen in deployment.observed.items() if where in held)  # deleted by hand: bring it back
 
     async def _observe(self, key: Key, deployment: Deployment, effects: Effects) -> None:
         """In a cluster: the workload's phase, replicas and Ready from what the cluster reports."""

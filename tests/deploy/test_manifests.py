@@ -16,9 +16,14 @@ import yaml
 
 from cli.render import objects_for
 from contracts.admission import admit
+from contracts.agents import AgentDeployment, AgentProviderConfig
+from contracts.gatewayapi import GatewayView
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
 from contracts.providerconfig import InferenceProviderConfigSpec
+from contracts.subjects import Key
+from services.binding import render as agent_render
+from services.gateway import control
 from services.selector.decide import Provider
 from services.watcher.webhook import build_app
 from services.workload.providers import builtin_configs
@@ -58,7 +63,7 @@ def test_every_object_passes_kubernetes_validate(folder: str) -> None:
 
 def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[dict[str, Any]]) -> None:
     deployments = of_kind(objects, "Deployment")
-    assert set(deployments) == {f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway")}
+    assert set(deployments) == {f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway", "binding")}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
@@ -115,6 +120,52 @@ def rendered(provider: str) -> list[dict[str, Any]]:
     return objects
 
 
+def gateway_objects() -> list[dict[str, Any]]:
+    """What the gateway's control plane writes for a running deployment: pool, picker, route, grant, member."""
+    verdict = admit(changed(MD, {"spec.provider": {"name": "vllm"}}))
+    assert isinstance(verdict.obj, ModelDeployment)
+    key = Key("ModelDeployment", "default", "qwen")
+    inputs = control.Inputs(
+        key,
+        "uid-1",
+        1,
+        verdict.obj,
+        True,
+        {"service": "qwen", "port": 8000},
+        "10.0.0.9",
+        None,
+        True,
+        [GatewayView("default", "gw", listeners=({"name": "http", "port": 80, "protocol": "HTTP"},))],
+    )
+    plan = control.plan(inputs)
+    assert plan is not None
+    return [*plan.objects(), control.reference_grant(inputs, ("pools", "qwen-pool"))]
+
+
+def agent_objects() -> list[dict[str, Any]]:
+    binding = {"baseURL": "http://qwen.default.svc.cluster.local:8000/v1", "modelName": "m", "apiType": "openai"}
+    out = []
+    for backend, framework, lifecycle in (
+        ("container", "helper", "deployment"),
+        ("container", "helper", "job"),
+        ("crd", "kagent", "deployment"),
+    ):
+        config = AgentProviderConfig.model_validate({"metadata": {"name": framework}, "spec": {"capabilities": {"backend": backend}}})
+        agent = AgentDeployment.model_validate(
+            {
+                "metadata": {"name": "a", "namespace": "default"},
+                "spec": {
+                    "framework": {"name": framework},
+                    "lifecycle": lifecycle,
+                    "model": {"deploymentRef": {"name": "qwen"}},
+                    "config": {"image": "x"},
+                },
+            }
+        )
+        out += agent_render.render(agent, config, "uid-2", binding).objects
+    return out
+
+
 def test_rbac_grants_each_service_what_its_code_writes_and_no_wildcards(objects: list[dict[str, Any]]) -> None:
     for role in (o for o in objects if o["kind"] in ("Role", "ClusterRole")):
         for rule in role["rules"]:
@@ -131,6 +182,20 @@ def test_rbac_grants_each_service_what_its_code_writes_and_no_wildcards(objects:
         for group, resource in resources:
             for verb in ("get", "create", "patch", "delete"):
                 assert _allows(rules, group, resource, verb), f"jetway-{service} may not {verb} {group}/{resource}"
+    for service, produced in (("gateway", gateway_objects()), ("binding", agent_objects())):
+        rules = _rules(objects, f"jetway-{service}")
+        for obj in produced:
+            group = obj["apiVersion"].rsplit("/", 1)[0] if "/" in obj["apiVersion"] else ""
+            for verb in ("get", "create", "patch", "delete"):
+                assert _allows(rules, group, _plural(obj["kind"]), verb), f"jetway-{service} may not {verb} {group}/{_plural(obj['kind'])}"
+    # Kubernetes lets a Role grant only what its writer holds: the gateway holds what the picker's Role grants
+    picker_role = next(o for o in gateway_objects() if o["kind"] == "Role")
+    gateway_rules = _rules(objects, "jetway-gateway")
+    for rule in picker_role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert _allows(gateway_rules, group, resource, verb), f"the picker's Role grants {verb} {group}/{resource}"
     watcher = _rules(objects, "jetway-watcher")
     for info in KINDS.values():
         for verb in ("list", "watch"):

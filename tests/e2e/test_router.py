@@ -192,8 +192,12 @@ async def test_a_member_whose_upstream_dies_stops_getting_traffic_within_one_tic
     for _ in range(6):
         status, body, headers = await stack.chat("m")
         assert status == 200 and headers["x-jetway-member"] == "steady", body
-    condition = await eventually(lambda: stack.condition("doomed", "Healthy"), timeout=TICK * 10, message="probed")
-    assert condition["status"] == "False" and condition["reason"] == "Unreachable" and "connect" in condition["message"]
+    async def unhealthy() -> dict[str, Any] | None:
+        found = await stack.condition("doomed", "Healthy")
+        return found if found and found["status"] == "False" else None
+
+    condition = await eventually(unhealthy, timeout=TICK * 10, message="probed unhealthy")
+    assert condition["reason"] == "Unreachable" and "connect" in condition["message"]
 
 
 async def test_retry_happens_once_then_503(stack: Stack, upstreams: list[FakeOpenAI]) -> None:

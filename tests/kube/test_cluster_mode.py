@@ -3,109 +3,35 @@ emulator (or the cluster KUBECONFIG names)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from contracts.cluster import CLEANUP_FINALIZER
-from contracts.events import Envelope
-from runtime.bus import connect
-from runtime.eventstore import EventStore
-from runtime.kube import Kube, NotFound
-from tests.contracts.cases import MD, changed
+from runtime.kube import NotFound
 from tests.support.cluster import Cluster, foreign_crd
 from tests.support.controller import Controller, running_controller
+from tests.support.kubecases import (
+    MDV,
+    TIMEOUT,
+    condition,
+    deployment_manifest,
+    get_md,
+    get_obj,
+    history,
+    move_deployment,
+    phase_is,
+    phases_of,
+)
 from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
-
-MDV = "airunway.ai/v1alpha1"
-TIMEOUT = 30
 
 
 @pytest.fixture
 async def controller(nats: NatsEndpoint, cluster: Cluster) -> AsyncIterator[Controller]:
     async with running_controller(nats.url, cluster) as running:
         yield running
-
-
-def deployment_manifest(cluster: Cluster, name: str = "qwen", **changes: Any) -> dict[str, Any]:
-    storage = {"spec.model.storage.volumes": [{"name": "cache", "purpose": "modelCache", "size": "20Gi"}]}
-    return changed(
-        MD, {"metadata.name": name, "metadata.namespace": cluster.namespace, "spec.provider": {"name": "vllm"}, **storage, **changes}
-    )
-
-
-async def get_md(cluster: Cluster, name: str = "qwen") -> dict[str, Any] | None:
-    return await cluster.kube.get_or_none(MDV, "ModelDeployment", name, cluster.namespace)
-
-
-async def get_obj(cluster: Cluster, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
-    return await cluster.kube.get_or_none(api_version, kind, name, cluster.namespace)
-
-
-async def phase_is(cluster: Cluster, phase: str, name: str = "qwen") -> dict[str, Any] | None:
-    md = await get_md(cluster, name)
-    return md if md and (md.get("status") or {}).get("phase") == phase else None
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
-
-
-@contextlib.asynccontextmanager
-async def phases_of(kube: Kube, namespace: str, name: str) -> AsyncIterator[list[str]]:
-    """Every phase the ModelDeployment's status shows, in order, while the block runs."""
-    seen: list[str] = []
-
-    async def follow() -> None:
-        async for _, obj in kube.watch(MDV, "ModelDeployment", "", namespace=namespace, timeout=120):
-            if obj.get("metadata", {}).get("name") != name:
-                continue
-            phase = (obj.get("status") or {}).get("phase")
-            if phase and (not seen or seen[-1] != phase):
-                seen.append(phase)
-
-    task = asyncio.create_task(follow())
-    try:
-        yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-
-
-async def move_deployment(cluster: Cluster, name: str, ready: int, replicas: int = 1) -> None:
-    """Play the Deployment controller: report pods ready (only the emulator lets a test do that)."""
-    emulator = cluster.need_emulator()
-    assert emulator is not None
-    obj = await cluster.kube.get("apps/v1", "Deployment", name, cluster.namespace)
-    available = "True" if ready >= 1 else "False"
-    await cluster.kube.patch(
-        obj,
-        {
-            "status": {
-                "observedGeneration": obj["metadata"]["generation"],
-                "replicas": replicas,
-                "readyReplicas": ready,
-                "availableReplicas": ready,
-                "updatedReplicas": replicas,
-                "conditions": [{"type": "Available", "status": available, "reason": "MinimumReplicas"}],
-            }
-        },
-        subresource="status",
-    )
-
-
-async def history(nats_url: str, namespace: str, name: str) -> list[str]:
-    nc = await connect(nats_url, name="read")
-    try:
-        items = await EventStore(nc, producer="t").read(f"jetway.evt.modeldeployment.{namespace}.{name}.*")
-        return [f"{i.facet}:{i.type}" for i in items if isinstance(i, Envelope)]
-    finally:
-        await nc.close()
 
 
 async def test_a_deployment_gets_its_objects_and_its_status_follows_the_cluster(controller: Controller, cluster: Cluster) -> None:

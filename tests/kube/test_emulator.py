@@ -258,3 +258,21 @@ async def test_custom_resources_are_defaulted_and_validated(cluster: Cluster) ->
     with pytest.raises(KubeError) as invalid:
         await cluster.kube.create(bad)
     assert invalid.value.status == 422 and "claimName is required" in invalid.value.message
+
+
+async def test_an_invalid_value_left_unchanged_is_not_judged_again(cluster: Cluster) -> None:
+    """Validation ratcheting (API servers since 1.30): a status write to an object stored under older
+    rules succeeds while its invalid spec stays as it was; changing that spec is judged."""
+    emulator = cluster.need_emulator()
+    await cluster.install_crds()
+    bad = copy.deepcopy(MD)
+    bad["metadata"] = {"name": "old", "namespace": cluster.namespace}
+    bad["spec"]["model"]["storage"] = {"volumes": [{"name": "a", "purpose": "custom", "claimName": "c", "mountPath": "rel"}]}
+    stored = emulator.store_unchecked(bad)
+    await cluster.kube.patch(stored, {"status": {"phase": "Failed"}}, subresource="status")
+    with pytest.raises(KubeError) as refused:
+        await cluster.kube.patch(
+            stored,
+            {"spec": {"model": {"storage": {"volumes": [{"name": "a", "purpose": "custom", "claimName": "c", "mountPath": "still-rel"}]}}}},
+        )
+    assert refused.value.status == 422

@@ -97,3 +97,16 @@ def foreign_crd(group: str, version: str, kind: str, plural: str, *, namespaced:
             ],
         },
     }
+
+
+GATEWAY_API_CRDS = [
+    ("gateway.networking.k8s.io", "v1", "Gateway", "gateways"),
+    ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
+    ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
+    ("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools"),
+]
+
+
+def gateway_api_crds() -> list[dict[str, object]]:
+    """Stand-ins for the Gateway API and Inference Extension CRDs (what a cluster with them installed serves)."""
+    return [foreign_crd(*names) for names in GATEWAY_API_CRDS]

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
@@ -14,7 +15,12 @@ from nats.aio.client import Client
 from runtime.bus import connect
 from runtime.kube import Kube, KubeError
 from runtime.kubewriter import KubeWriter
+from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
+from services.binding.handlers import BindingService
+from services.gateway import main as gateway_main
+from services.gateway import router as router_module
+from services.gateway.gatewayapi import GatewayApiService
 from services.selector.handlers import SelectorService
 from services.storage.handlers import StorageService
 from services.watcher import main as watcher_main
@@ -25,6 +31,7 @@ from tests.support.waiting import eventually
 
 SETTINGS = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
 RESYNC = 1.0  # seconds: short, so level-triggered repair is seen within a test
+SERVICES = ("watcher", "selector", "storage", "workload", "gateway-api", "binding")  # "router" too, on request
 
 
 @dataclass
@@ -33,6 +40,10 @@ class Controller:
     cluster: Cluster
     namespace: str | None
     resync: float = RESYNC
+    services: tuple[str, ...] = SERVICES
+    secrets: Path = Path("/nonexistent")
+    routes: Any = None
+    servers: list[Any] = field(default_factory=list)
     runners: dict[str, Runner] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     connections: dict[str, Client] = field(default_factory=dict)
@@ -48,27 +59,46 @@ class Controller:
         def watcher(nc: Client, kube: Kube) -> Runner:
             return watcher_main.build(nc, settings=SETTINGS, cluster=kube, namespace=self.namespace, resync_interval=self.resync).runner
 
+        def router(nc: Client, kube: Kube) -> Runner:
+            gateway = gateway_main.build(nc, FileSecrets(self.secrets), probe_interval=0.2, settings=SETTINGS)
+            self.routes = gateway.routes
+            return gateway.runner
+
         return {
             "watcher": watcher,
             "selector": lambda nc, kube: Runner(SelectorService(), nc, SETTINGS),
             "storage": lambda nc, kube: Runner(StorageService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
             "workload": lambda nc, kube: Runner(WorkloadService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
+            "gateway-api": lambda nc, kube: Runner(GatewayApiService(kube, resync_interval=self.resync), nc, SETTINGS),
+            "binding": lambda nc, kube: Runner(BindingService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
+            "router": router,
         }
+
+    async def serve_router(self) -> str:
+        """Jetway's router on 127.0.0.1 (the "router" service must be running); its base URL."""
+        assert self.routes is not None
+        server, port = await router_module.serve(self.routes, "127.0.0.1", 0)
+        self.servers.append(server)
+        return f"http://127.0.0.1:{port}"
 
     async def start(self, *names: str) -> None:
         builders = self._builders()
-        for name in names or tuple(builders):
+        names = names or self.services
+        for name in names:
             nc = await connect(self.nats_url, name=name)
             kube = await self.cluster.connect()
             runner = builders[name](nc, kube)
             self.connections[name], self.kubes[name], self.runners[name] = nc, kube, runner
             self.tasks[name] = asyncio.create_task(runner.run(), name=name)
-        started = [self.runners[n] for n in names or tuple(builders)]
+        started = [self.runners[n] for n in names]
         await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in started)), 30)
-        if "watcher" in (names or tuple(builders)):
+        if "watcher" in names:
             await asyncio.wait_for(self.sync.ready.wait(), 30)
 
     async def stop(self, *names: str) -> None:
+        if not names:
+            for server in self.servers:
+                server.close()
         for name in names or tuple(self.runners):
             runner = self.runners.pop(name)
             runner.stop()
@@ -84,9 +114,13 @@ class Controller:
 
 
 @contextlib.asynccontextmanager
-async def running_controller(nats_url: str, cluster: Cluster, *, resync: float = RESYNC) -> AsyncIterator[Controller]:
+async def running_controller(
+    nats_url: str, cluster: Cluster, *, resync: float = RESYNC, services: tuple[str, ...] = SERVICES, secrets: Path | None = None
+) -> AsyncIterator[Controller]:
     await cluster.install_crds()
-    controller = Controller(nats_url, cluster, None if cluster.emulator is not None else cluster.namespace, resync)
+    controller = Controller(
+        nats_url, cluster, None if cluster.emulator is not None else cluster.namespace, resync, services, secrets or Path("/nonexistent")
+    )
     await controller.start()
     try:
         yield controller

@@ -34,10 +34,11 @@ class FakeOpenAI:
     models_status: int = 200
     _runner: web.AppRunner | None = None
     port: int = 0
+    host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8), to serve a fixed port without a clash
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def completions(self) -> list[Seen]:
@@ -96,7 +97,7 @@ class FakeOpenAI:
         app.router.add_post("/v1/completions", self._complete)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.tls)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self

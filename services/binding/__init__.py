@@ -1,0 +1,1 @@
+"""The binding service: AgentProviderConfig readiness, AgentDeployment model bindings, agent workloads."""
