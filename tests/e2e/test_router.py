@@ -158,7 +158,7 @@ async def test_draining_lets_an_in_flight_stream_finish_and_takes_no_new_request
         # the stream is in flight: drain the member and bring another in
         await stack.apply(member("held", held.url, draining=True))
         await stack.apply(member("other", other.url))
-        await eventually(lambda: stack.served("m"), message="other ready")
+        await eventually(lambda: stack.served("m", by="other"), message="other ready")
         for _ in range(5):
             status, _, headers = await stack.chat("m", "new")
             assert status == 200 and headers["x-jetway-member"] == "other"
@@ -192,6 +192,7 @@ async def test_a_member_whose_upstream_dies_stops_getting_traffic_within_one_tic
     for _ in range(6):
         status, body, headers = await stack.chat("m")
         assert status == 200 and headers["x-jetway-member"] == "steady", body
+
     async def unhealthy() -> dict[str, Any] | None:
         found = await stack.condition("doomed", "Healthy")
         return found if found and found["status"] == "False" else None

@@ -74,9 +74,10 @@ class Stack:
         async with self.http.post(f"{self.router_url}/chat/completions", json=body) as response:
             return response.status, await response.json(content_type=None), dict(response.headers)
 
-    async def served(self, model: str) -> bool:
+    async def served(self, model: str, by: str | None = None) -> bool:
+        """Whether the router serves `model` now (by member `by`, when given)."""
         async with self.http.get(f"{self.router_url}/models") as response:
-            return any(m["id"] == model for m in (await response.json())["data"])
+            return any(m["id"] == model and (by is None or by in m.get("members", [])) for m in (await response.json())["data"])
 
 
 @contextlib.asynccontextmanager
