@@ -7,6 +7,7 @@ of an observed object are worth an event, so a change elsewhere in the object re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from contracts.events import Decision, Event, StatusCondition, StatusSlice, register
@@ -51,6 +52,10 @@ class ApisDiscovered(Event, frozen=True, tag="ApisDiscovered.v1"):
     def serves(self, group_version: str, plural: str) -> bool:
         return f"{group_version}/{plural}" in self.resources
 
+    def serves_inference_gateway(self) -> bool:
+        """InferencePools and HTTPRoutes both served: Gateway API Inference Extension integration is possible."""
+        return self.serves("inference.networking.k8s.io/v1", "inferencepools") and self.serves("gateway.networking.k8s.io/v1", "httproutes")
+
     def serves_group(self, group: str) -> bool:
         return any(r.split("/", 1)[0] == group for r in self.resources if r.count("/") == 2)
 
@@ -80,15 +85,28 @@ class SpecRejected(Decision, frozen=True, tag="SpecRejected.v1"):
         return "; ".join(self.problems)
 
 
+def validation_failed(generation: int, message: str, when: str = "") -> StatusCondition:
+    return StatusCondition(
+        type="Validated", status="False", reason="ValidationFailed", message=message, observedGeneration=generation, lastTransitionTime=when
+    )
+
+
 def rejected(generation: int, problems: list[str]) -> SpecRejected:
     message = "spec rejected, still serving the last accepted one: " + "; ".join(problems)
-    condition = StatusCondition(type="Validated", status="False", reason="ValidationFailed", message=message, observedGeneration=generation)
+    condition = validation_failed(generation, message)
     return SpecRejected(
         generation=generation, problems=tuple(problems), status=StatusSlice(conditions=(condition,), phase="Failed", message=message)
     )
 
 
 register(DeletionRequested, ObjectObserved, ApisDiscovered, WorkloadObserved, SpecRejected)
+
+
+def deleted_by_hand(observed: dict[tuple[str, str], ObjectObserved], objects: Iterable[dict[str, Any]]) -> bool:
+    """Whether the cluster reported one of `objects` (what a decision stands for) deleted: write them again.
+    Objects of earlier decisions that were removed on purpose do not count."""
+    held = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    return any(not seen.exists for where, seen in observed.items() if where in held)
 
 
 def _conditions(status: dict[str, Any]) -> list[dict[str, Any]]:

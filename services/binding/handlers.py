@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from contracts.binding import AgentReconciled, FrameworkAssessed
-from contracts.cluster import DISCOVERY, OBSERVED
+from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import carried, same_decision
 from contracts.events import Envelope, StatusCondition, StatusSlice, Withdrawn
 from contracts.objects import ref
@@ -132,9 +132,7 @@ class BindingService(Service):
             await effects.emit(key, decision)
 
     def _gone(self, agent: Agent) -> bool:
-        """An object written for the agent was deleted by hand: write it again."""
-        held = {(o["kind"], o["metadata"]["name"]) for o in agent.last.objects} if isinstance(agent.last, AgentReconciled) else set()
-        return any(not seen.exists for where, seen in agent.observed.items() if where in held)
+        return deleted_by_hand(agent.observed, agent.last.objects if isinstance(agent.last, AgentReconciled) else ())
 
     def _decide(self, agent: Agent) -> tuple[AgentReconciled, list[dict[str, Any]]]:
         """The agent's conditions, binding and workload objects (the status is what it will be once they are written)."""

@@ -288,12 +288,11 @@ def plan(inputs: Inputs) -> Plan | None:
     md = inputs.md
     on, explicit = enabled(md, inputs.apis)
     router_member = member(inputs)
+    members = [router_member] if router_member else []
     if not inputs.apis:
         if explicit and on:
             message = "Gateway API Inference Extension CRDs are not installed in the cluster (InferencePool, HTTPRoute)"
-            return Plan(
-                decision(inputs, False, "CRDsNotAvailable", message, objects=[router_member] if router_member else []), member=router_member
-            )
+            return Plan(decision(inputs, False, "CRDsNotAvailable", message, objects=members), member=router_member)
         # not asked for and not available: no GatewayReady at all, just the router member
         if router_member is None:
             return None
@@ -306,7 +305,7 @@ def plan(inputs: Inputs) -> Plan | None:
                 False,
                 "GatewayDisabled",
                 "gateway integration is disabled (spec.gateway.enabled: false)",
-                objects=[router_member] if router_member else [],
+                objects=members,
             ),
             member=router_member,
         )
@@ -314,9 +313,7 @@ def plan(inputs: Inputs) -> Plan | None:
         return None  # the Gateway sends traffic only to a deployment that runs
     chosen = choose_gateway(inputs.gateways, inputs.configured)
     if isinstance(chosen, NoGateway):
-        return Plan(
-            decision(inputs, False, "NoGateway", chosen.message, objects=[router_member] if router_member else []), member=router_member
-        )
+        return Plan(decision(inputs, False, "NoGateway", chosen.message, objects=members), member=router_member)
     capability = inputs.capability
     name = model_name(md, capability)
     writes: list[Write] = []
@@ -343,7 +340,7 @@ def plan(inputs: Inputs) -> Plan | None:
             **({"endpoint": chosen.addresses[0]} if chosen.addresses else {}),
         }
     }
-    objects = [o for w in writes for o in w.objects] + ([router_member] if router_member else [])
+    objects = [o for w in writes for o in w.objects] + members
     message = (
         "InferencePool and HTTPRoute created"
         if not provider_pool

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from contracts.cluster import DISCOVERY, OBSERVED
+from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope, Withdrawn
 from contracts.gateway import GatewayReconciled
@@ -108,8 +108,8 @@ class GatewayApiService(Service):
             return
         record: Decision = plan.decision
         previous = d.last.gateway if isinstance(d.last, GatewayReconciled) else ""
-        held = {(o["kind"], o["metadata"]["name"]) for o in d.last.objects} if isinstance(d.last, GatewayReconciled) else set()
-        if effects.level or not same_decision(record, d.last) or d.gone & held:
+        held = d.last.objects if isinstance(d.last, GatewayReconciled) else ()
+        if effects.level or not same_decision(record, d.last) or deleted_by_hand(d.observed, held):
             record = await self._write(d, plan, inputs)
             routed = isinstance(record, GatewayReconciled) and record.reason == "GatewayConfigured"
             problem = await self._allowed_routes(key, plan.gateway, previous, routed)

@@ -108,13 +108,18 @@ class RoutedDeployment:
     deleting: bool = False
     selection: ProviderSelected | None = None
     workload: Decision | None = None  # the workload service's last decision: phase, status.endpoint
-    service_ip: str = ""  # the model Service's cluster IP, as the watcher observed it
-    gone: set[tuple[str, str]] = field(default_factory=set)  # objects of ours reported deleted: (kind, name)
+    observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
     last: Decision | None = None  # this service's last decision
 
     @property
     def running(self) -> bool:
         return self.workload is not None and self.workload.status.phase == "Running"
+
+    @property
+    def service_ip(self) -> str:
+        """The model Service's cluster IP, as the watcher observed it ("" unknown)."""
+        seen = self.observed.get(("Service", self.key.name))
+        return str(seen.summary.get("clusterIP") or "") if seen is not None and seen.exists else ""
 
     @property
     def endpoint(self) -> dict[str, Any] | None:
@@ -131,11 +136,7 @@ class GatewayApiState:
 
     def apis(self) -> bool:
         found = self.discovered
-        return (
-            found is not None
-            and found.serves("inference.networking.k8s.io/v1", "inferencepools")
-            and found.serves("gateway.networking.k8s.io/v1", "httproutes")
-        )
+        return found is not None and found.serves_inference_gateway()
 
     @staticmethod
     def routes_to(d: RoutedDeployment, gateway: str) -> bool:
@@ -192,12 +193,7 @@ class GatewayApiState:
         elif envelope.facet == "workload" and isinstance(event, Decision):
             deployment.workload = event
         elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
-            if event.object_kind == "Service" and event.object_name == key.name:
-                deployment.service_ip = str(event.summary.get("clusterIP") or "") if event.exists else ""
-            if event.exists:
-                deployment.gone.discard((event.object_kind, event.object_name))
-            else:
-                deployment.gone.add((event.object_kind, event.object_name))
+            deployment.observed[(event.object_kind, event.object_name)] = event
         elif envelope.facet == owner and isinstance(event, Decision):
             deployment.last = event
             if isinstance(event, Withdrawn) and deployment.md is None:

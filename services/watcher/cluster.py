@@ -27,12 +27,14 @@ from contracts.cluster import (
     ObjectObserved,
     SpecRejected,
     rejected,
+    validation_failed,
 )
 from contracts.conditions import same_decision
 from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
 from contracts.kinds import KINDS
 from contracts.subjects import SPEC, Key
 from runtime.kube import Gone, Kube, KubeError, NotFound
+from runtime.resources import condition_dict
 from services.watcher import ingest, status
 
 if TYPE_CHECKING:
@@ -93,7 +95,6 @@ class ClusterSync:
         self.follows: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.synced: dict[tuple[str, str], asyncio.Event] = {}
         self.ready = asyncio.Event()  # desired kinds listed and discovery recorded
-        self.writes = 0  # status and finalizer writes, for tests and metrics
 
     # --- running -------------------------------------------------------------------------
 
@@ -246,21 +247,9 @@ class ClusterSync:
                 await self.service.record(key, decision, SELF)
             return
         self.refused.add(key)
-        body = {
-            "phase": "Failed",
-            "message": "; ".join(lines),
-            "observedGeneration": generation,
-            "conditions": [
-                {
-                    "type": "Validated",
-                    "status": "False",
-                    "reason": "ValidationFailed",
-                    "message": "; ".join(lines),
-                    "observedGeneration": generation,
-                    "lastTransitionTime": _now().strftime("%Y-%m-%dT%H:%M:%SZ"),
-                }
-            ],
-        }
+        message = "; ".join(lines)
+        condition = condition_dict(validation_failed(generation, message, _now().strftime("%Y-%m-%dT%H:%M:%SZ")))
+        body = {"phase": "Failed", "message": message, "observedGeneration": generation, "conditions": [condition]}
         body = status.fitting(key.kind, body)  # only what the kind's status has (an AgentDeployment has no message)
         if not status.contained({k: v for k, v in body.items() if k != "conditions"}, obj.get("status") or {}):
             await self._apply_status(key, obj, SELF, body)
@@ -306,7 +295,6 @@ class ClusterSync:
         patch = {"apiVersion": obj["apiVersion"], "kind": key.kind, "metadata": meta, "status": body}
         try:
             await self.kube.apply(patch, manager=f"jetway-{owner}", subresource="status")
-            self.writes += 1
         except NotFound:
             return
         except KubeError as exc:
@@ -330,7 +318,6 @@ class ClusterSync:
         patch = {"metadata": {"finalizers": wanted or None, "resourceVersion": obj["metadata"]["resourceVersion"]}}
         try:
             updated = await self.kube.patch(obj, patch)
-            self.writes += 1
         except NotFound:
             return
         except KubeError as exc:

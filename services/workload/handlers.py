@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from contracts.admission import admit
-from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved
+from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved, deleted_by_hand
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope, ResourceApplied, StatusReported, StatusSlice
 from contracts.pipeline import WorkloadRendered
@@ -53,11 +53,7 @@ class WorkloadService(Service):
         if self._gateway_available is not None:
             return self._gateway_available()
         found = self.state.discovered
-        return (
-            found is not None
-            and found.serves("inference.networking.k8s.io/v1", "inferencepools")
-            and found.serves("gateway.networking.k8s.io/v1", "httproutes")
-        )
+        return found is not None and found.serves_inference_gateway()
 
     def provider_ready(self, name: str) -> bool:
         """Standalone, every built-in provider is ready (it only renders); in a cluster, when its CRDs are served."""
@@ -114,8 +110,7 @@ class WorkloadService(Service):
             or not isinstance(deployment.last, WorkloadRendered | WorkloadObserved)
         ):
             return True
-        held = {(o["kind"], o["metadata"]["name"]) for o in deployment.rendered.objects} if deployment.rendered else set()
-        return any(not seen.exists for where, seen in deployment.observed.items() if where in held)  # deleted by hand: bring it back
+        return deleted_by_hand(deployment.observed, deployment.rendered.objects if deployment.rendered else ())
 
     async def _observe(self, key: Key, deployment: Deployment, effects: Effects) -> None:
         """In a cluster: the workload's phase, replicas and Ready from what the cluster reports."""

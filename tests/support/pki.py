@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.watcher.certs import issue
+from services.watcher.certs import Issued, issue
 
 
 @dataclass(frozen=True)
@@ -17,12 +17,7 @@ class PrivateCA:
     key_pem: bytes
 
     def server_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        directory = Path(tempfile.mkdtemp(prefix="jetway-pki-"))
-        (directory / "cert.pem").write_bytes(self.cert_pem)
-        (directory / "key.pem").write_bytes(self.key_pem)
-        context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
-        return context
+        return Issued(self.ca_pem, self.cert_pem, self.key_pem).server_context(Path(tempfile.mkdtemp(prefix="jetway-pki-")))
 
 
 def make_ca(common_name: str = "Jetway Test CA") -> PrivateCA:
