@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster, cluster_for_tests
+from tests.cluster.build import BuildFailed, build, go_binary
+from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from tests.support.cluster import Cluster, RealServer, cluster_for_tests
 from tests.support.nats import NatsEndpoint, nats_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,12 +27,40 @@ def repo_root() -> Path:
     return ROOT
 
 
-@pytest.fixture(params=["emulator", "kubeconfig"])
+NO_GO = (
+    "the real control plane is built from Go modules and this machine has no Go: install Go 1.26+ and run the suite again "
+    "(docs/development.md); or set KUBECONFIG to a cluster of your own"
+)
+
+
+@pytest.fixture(scope="session")
+def real_server(request: pytest.FixtureRequest) -> Iterator[RealServer]:
+    """The real API server for the session: the cluster KUBECONFIG names, else our test control plane, built
+    (once per machine, cached) and started. Without Go the tests that need it skip, except under CI, where
+    they are required; a failed build or start is a failure, never a skip."""
+    if os.environ.get("KUBECONFIG"):
+        yield RealServer(os.environ["KUBECONFIG"], owned=False)
+        return
+    if go_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(NO_GO)
+        pytest.skip(NO_GO)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():  # the build's progress reaches the terminal
+        try:
+            plane = ControlPlane(build()).start()
+        except (BuildFailed, ControlPlaneError) as failure:
+            pytest.fail(f"the test control plane could not be built or started: {failure}", pytrace=False)
+    try:
+        yield RealServer(str(plane.kubeconfig), owned=True)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(params=["emulator", "real"])
 async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
-    """Each Kubernetes test runs twice: on the API emulator over real HTTP, and on the cluster
-    KUBECONFIG names (skipped, saying so, when it names none)."""
-    real = request.param == "kubeconfig"
-    if real and not os.environ.get("KUBECONFIG"):
-        pytest.skip("set KUBECONFIG to run the Kubernetes tests against a real cluster too (docs/cluster.md)")
-    async with cluster_for_tests(real=real) as found:
+    """Each Kubernetes test runs twice: on the API emulator over real HTTP, and on a real API server
+    (the test control plane, or the cluster KUBECONFIG names), in a namespace of its own."""
+    server = request.getfixturevalue("real_server") if request.param == "real" else None
+    async with cluster_for_tests(server) as found:
         yield found

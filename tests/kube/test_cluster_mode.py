@@ -58,8 +58,6 @@ async def test_a_deployment_gets_its_objects_and_its_status_follows_the_cluster(
             "resourceName": "qwen",
             "resourceKind": "Deployment",
         }
-        if cluster.real:
-            pytest.skip("a real cluster's Deployment controller owns Deployment status: Running needs a model server that starts")
         await move_deployment(cluster, "qwen", ready=1)
         md = await eventually(lambda: phase_is(cluster, "Running"), timeout=TIMEOUT, message="Running")
         await eventually(lambda: phases[-1:] == ["Running"], timeout=TIMEOUT, message="the watch saw Running")
@@ -260,11 +258,11 @@ async def test_providers_register_in_the_cluster_and_follow_their_operators_crds
         return None if config is None else (config.get("status") or {}).get("ready")
 
     assert await eventually(lambda: ready("vllm"), timeout=TIMEOUT, message="vllm registered and ready")
-    emulator = cluster.need_emulator()  # installing another project's CRD is not for a shared cluster
+    cluster.need_cluster_wide()  # installs another project's CRD
     await eventually(lambda: _is(ready("dynamo"), False), timeout=TIMEOUT, message="dynamo registered, not ready")
-    emulator.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
+    await cluster.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
     await eventually(lambda: ready("dynamo"), timeout=TIMEOUT, message="dynamo ready once its CRD is served")
-    await cluster.kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", "dynamographdeployments.nvidia.com")
+    await cluster.uninstall("dynamographdeployments.nvidia.com")
     await eventually(lambda: _is(ready("dynamo"), False), timeout=TIMEOUT, message="dynamo not ready once its CRD is gone")
 
 

@@ -66,9 +66,11 @@ async def phases_of(kube: Kube, namespace: str, name: str) -> AsyncIterator[list
 
 
 async def move_deployment(cluster: Cluster, name: str, ready: int, replicas: int = 1) -> None:
-    """Play the Deployment controller: report pods ready (only the emulator lets a test do that)."""
-    emulator = cluster.need_emulator()
-    assert emulator is not None
+    """Report a Deployment's pods ready: on the emulator by writing the Deployment's status as its
+    controller would; on a real server as the kubelet would, so the real Deployment controller does."""
+    if cluster.real:
+        await cluster.report_pods("Deployment", name, ready=ready)
+        return
     obj = await cluster.kube.get("apps/v1", "Deployment", name, cluster.namespace)
     available = "True" if ready >= 1 else "False"
     await cluster.kube.patch(

@@ -1,0 +1,181 @@
+"""Build the real control plane (kube-apiserver, kube-controller-manager, etcd) from Go modules.
+
+The binaries go into a cache folder keyed by the pinned versions, the Go toolchain and a hash of
+the go.mod/go.sum files, so each machine builds them once: `python -m tests.cluster.build`.
+A cold build takes many minutes on 2 cores; progress is printed as packages compile. A lock
+file keeps two test processes from building at once.
+
+Nothing is downloaded but Go modules, through the Go module proxy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GOMOD = HERE / "gomod"
+KUBERNETES = "v1.37.2"
+ETCD = "v3.6.16"
+
+
+@dataclass(frozen=True)
+class Target:
+    module_dir: Path
+    packages: tuple[str, ...]
+    stamps: tuple[str, ...] = ()  # -X settings: what the binary reports as its version
+
+
+_VERSION = "k8s.io/component-base/version"
+TARGETS = (
+    Target(
+        GOMOD / "kube",
+        ("k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+        (f"{_VERSION}.gitVersion={KUBERNETES}", f"{_VERSION}.gitMajor=1", f"{_VERSION}.gitMinor={KUBERNETES.split('.')[1]}"),
+    ),
+    Target(GOMOD / "etcd", ("go.etcd.io/etcd/server/v3",)),
+)
+BINARIES = ("kube-apiserver", "kube-controller-manager", "etcd")
+# go names a binary for its package path's last element, skipping a major-version suffix
+BUILT_AS = {"server": "etcd"}
+
+
+class BuildFailed(RuntimeError):
+    pass
+
+
+def go_binary() -> str | None:
+    return shutil.which("go")
+
+
+def _go_version(go: str) -> str:
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def cache_root() -> Path:
+    if os.environ.get("JETWAY_KUBE_CACHE"):
+        return Path(os.environ["JETWAY_KUBE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jetway" / "kube"
+
+
+def cache_key(go_version: str) -> str:
+    digest = hashlib.sha256()
+    for target in TARGETS:
+        for name in ("go.mod", "go.sum"):
+            digest.update((target.module_dir / name).read_bytes())
+    return f"kubernetes-{KUBERNETES}_etcd-{ETCD}_{go_version}_{digest.hexdigest()[:12]}"
+
+
+def cached_bin_dir() -> Path | None:
+    """The folder of built binaries when a build for these versions is cached, else None."""
+    go = go_binary()
+    if go is None:
+        return None
+    folder = cache_root() / cache_key(_go_version(go)) / "bin"
+    return folder if all((folder / name).is_file() for name in BINARIES) else None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _count_packages(go: str, target: Target, env: dict[str, str]) -> int:
+    """How many packages `go build` may compile (the non-standard dependencies): the progress bar's total."""
+    listed = subprocess.run(
+        [go, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", *target.packages],
+        cwd=target.module_dir,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if listed.returncode != 0:
+        raise BuildFailed(f"go list failed in {target.module_dir}:\n{listed.stderr.strip()}")
+    return sum(1 for line in listed.stdout.splitlines() if line.strip())
+
+
+def _build_target(go: str, target: Target, out: Path, env: dict[str, str], say: Callable[[str], None]) -> None:
+    total = _count_packages(go, target, env)
+    names = ", ".join(p.rsplit("/", 1)[-1] for p in target.packages)
+    say(f"building {names}: up to {total} packages")
+    ldflags = " ".join(["-s", "-w", *(f"-X {stamp}" for stamp in target.stamps)])
+    command = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/", *target.packages]
+    process = subprocess.Popen(command, cwd=target.module_dir, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    assert process.stderr is not None
+    compiled, errors, last_report = 0, [], time.monotonic()
+    for line in process.stderr:
+        line = line.rstrip()
+        # `go build -v` names each package as it compiles it; anything else is an error's text
+        if line and " " not in line and not line.startswith("#"):
+            compiled += 1
+        elif line:
+            errors.append(line)
+        if time.monotonic() - last_report >= 15:
+            say(f"  {names}: {compiled}/{total} packages compiled")
+            last_report = time.monotonic()
+    if process.wait() != 0:
+        raise BuildFailed(f"go build of {names} failed (exit {process.returncode}):\n" + "\n".join(errors[-40:]))
+    say(f"  {names}: done ({compiled} packages compiled, the rest from Go's build cache)")
+
+
+def build(say: Callable[[str], None] | None = None) -> Path:
+    """The folder holding kube-apiserver, kube-controller-manager and etcd, building them if needed."""
+    say = say or (lambda message: print(f"[control plane] {message}", file=sys.stderr, flush=True))
+    go = go_binary()
+    if go is None:
+        raise BuildFailed("Go is not installed: the real control plane is built from Go modules (install Go 1.26 or newer)")
+    key = cache_key(_go_version(go))
+    folder = cache_root() / key
+    with _locked(cache_root() / f"{key}.lock"):
+        found = cached_bin_dir()
+        if found is not None:
+            return found
+        started = time.monotonic()
+        say(f"building the test control plane (Kubernetes {KUBERNETES}, etcd {ETCD}) into {folder}; once per machine")
+        staging = folder / "bin.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+        for target in TARGETS:
+            _build_target(go, target, staging, env, say)
+        for built, name in BUILT_AS.items():
+            (staging / built).rename(staging / name)
+        for name in BINARIES:
+            if not (staging / name).is_file():
+                raise BuildFailed(f"the build produced no {name} in {staging}")
+        final = folder / "bin"
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        elapsed = time.monotonic() - started
+        (folder / "build-seconds").write_text(f"{elapsed:.0f}\n")
+        say(f"built in {elapsed / 60:.1f} min: {final}")
+        return final
+
+
+def main() -> int:
+    try:
+        print(build())
+    except BuildFailed as failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
