@@ -98,7 +98,8 @@ class CredentialsRef(WireModel):
 
 class ExternalAPI(WireModel):
     type: ExternalAPIType
-    baseURL: Annotated[str, Field(min_length=1)] = Field(
+    # bounded so that the API server's CEL cost estimate of the URL rule stays in budget
+    baseURL: Annotated[str, Field(min_length=1, max_length=2048)] = Field(
         description="Absolute http(s) URL with a host, no user info, port 1-65535 when present."
     )
     modelName: Annotated[str, Field(min_length=1)]

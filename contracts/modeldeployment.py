@@ -46,7 +46,8 @@ class StorageVolume(WireModel):
         description="A pre-existing PVC in the same namespace. Required when size is not set; "
         "defaults to <deployment>-<volume> when size is set.",
     )
-    mountPath: Annotated[str, Field(pattern=ABSOLUTE_PATH)] | None = Field(
+    # bounded so that the API server's CEL cost estimate of the duplicate-path rule stays in budget
+    mountPath: Annotated[str, Field(pattern=ABSOLUTE_PATH, max_length=4096)] | None = Field(
         default=None,
         description="Absolute path in the container. Required for custom; defaults to /model-cache "
         "or /compilation-cache for the cache purposes.",
