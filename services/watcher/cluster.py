@@ -272,9 +272,11 @@ class ClusterSync:
         state = self.service.state.resources.items.get(key)
         if obj is None or state is None:
             return
-        await self._write_status(key, obj)
+        # the finalizer first, as AI Runway does: its write is guarded by resourceVersion, and each status
+        # write moves that on, so after them it would conflict and wait for the next event
         if key.kind in FINALIZED_KINDS:
             await self._finalize(key, obj)
+        await self._write_status(key, self.live.get(key, obj))
 
     async def _write_status(self, key: Key, obj: dict[str, Any]) -> None:
         state = self.service.state.resources.items[key]
@@ -294,11 +296,14 @@ class ClusterSync:
         meta = {"name": key.name, **({"namespace": key.namespace} if key.namespace else {})}
         patch = {"apiVersion": obj["apiVersion"], "kind": key.kind, "metadata": meta, "status": body}
         try:
-            await self.kube.apply(patch, manager=f"jetway-{owner}", subresource="status")
+            updated = await self.kube.apply(patch, manager=f"jetway-{owner}", subresource="status")
         except NotFound:
             return
         except KubeError as exc:
             log.warning("status of %s (as %s) not written: %s", key, owner, exc.message)
+            return
+        if key in self.live and updated.get("metadata", {}).get("resourceVersion"):
+            self.live[key] = updated  # the next guarded write starts from this version
 
     async def _finalize(self, key: Key, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]

@@ -123,6 +123,9 @@ class Cluster:
     async def pods_of(self, kind: str, name: str) -> list[dict[str, Any]]:
         """The pods a Deployment's ReplicaSets or a Job made (by the owner chain)."""
         pods, _ = await self.kube.list("v1", "Pod", self.namespace)
+        for pod in pods:  # a real server's list items carry no apiVersion or kind
+            pod.setdefault("apiVersion", "v1")
+            pod.setdefault("kind", "Pod")
         if kind == "Job":
             return [p for p in pods if _owned_by(p, "Job", name)]
         sets, _ = await self.kube.list("apps/v1", "ReplicaSet", self.namespace)
