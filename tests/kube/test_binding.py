@@ -278,8 +278,10 @@ async def test_a_container_agent_runs_locked_down_and_reports_running(controller
     }
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert await get_obj(cluster, "v1", "Service", "helper")
+    # the phase is written after the Deployment: wait for it, never read it once
+    await eventually(lambda: _phase(cluster, "helper", "Deploying"), timeout=TIMEOUT, message="helper Deploying")
     status = await status_of(cluster, "AgentDeployment", "helper")
-    assert status["phase"] == "Deploying" and status["runtime"]["address"] == "http://helper.default.svc.cluster.local"
+    assert status["runtime"]["address"] == "http://helper.default.svc.cluster.local"
     await cluster.kube.patch(deployment, {"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}, subresource="status")
     found = await wait_condition(cluster, "AgentDeployment", "helper", "Ready", "WorkloadReady")
     assert found["status"]["replicas"]["available"] == 1
@@ -310,10 +312,18 @@ async def test_a_job_agent_and_a_kagent_agent(controller: Controller, cluster: C
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "AgentDeployment"
     crd_agent = await cluster.kube.get("kagent.dev/v1alpha2", "Agent", "sre", "default")
     assert crd_agent["spec"]["declarative"]["modelConfig"] == "sre-model"
-    assert "credentialsRef" not in (await status_of(cluster, "AgentDeployment", "sre"))["modelBinding"]  # core leaves it empty
+    binding = await eventually(
+        lambda: _binding(cluster, "sre"), timeout=TIMEOUT, message="sre's binding reported"
+    )  # written after the objects: waited for, not read once
+    assert "credentialsRef" not in binding  # core leaves it empty
     await cluster.kube.patch(crd_agent, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, subresource="status")
     await wait_condition(cluster, "AgentDeployment", "sre", "Ready", "AgentReady")
     await eventually(lambda: _phase(cluster, "sre", "Running"), timeout=TIMEOUT, message="sre Running")
+
+
+async def _binding(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = (await status_of(cluster, "AgentDeployment", name)).get("modelBinding")
+    return found
 
 
 async def _phase(cluster: Cluster, name: str, phase: str) -> bool:

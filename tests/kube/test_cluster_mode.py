@@ -180,6 +180,11 @@ async def test_services_restarted_mid_way_converge_without_duplicate_writes(
     await eventually(lambda: get_obj(cluster, "v1", "PersistentVolumeClaim", "qwen-cache"), timeout=TIMEOUT, message="storage went ahead")
     await controller.start("workload")
     await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying once the workload is back")
+    if cluster.real:  # a real Deployment controller reports on the new Deployment for a moment: let it, and Jetway follow
+        await eventually(lambda: _deployment_reported(cluster, "qwen"), timeout=TIMEOUT, message="the Deployment controller reported")
+        watcher = controller.runners["watcher"]
+        start = watcher.passes
+        await eventually(lambda: watcher.passes >= start + 2, timeout=TIMEOUT, message="the watcher followed")
     written = await cluster.kube.get("apps/v1", "Deployment", "qwen", cluster.namespace)
     recorded = await history(nats.url, cluster.namespace, "qwen")
     md_version = (await get_md(cluster) or {})["metadata"]["resourceVersion"]
@@ -264,6 +269,13 @@ async def test_providers_register_in_the_cluster_and_follow_their_operators_crds
     await eventually(lambda: ready("dynamo"), timeout=TIMEOUT, message="dynamo ready once its CRD is served")
     await cluster.uninstall("dynamographdeployments.nvidia.com")
     await eventually(lambda: _is(ready("dynamo"), False), timeout=TIMEOUT, message="dynamo not ready once its CRD is gone")
+
+
+async def _deployment_reported(cluster: Cluster, name: str) -> bool:
+    found = await get_obj(cluster, "apps/v1", "Deployment", name) or {}
+    reported = found.get("status") or {}
+    types = {c["type"] for c in reported.get("conditions", [])}
+    return reported.get("observedGeneration") == found["metadata"]["generation"] and {"Available", "Progressing"} <= types
 
 
 async def _is(value: Any, expected: Any) -> bool:

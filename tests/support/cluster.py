@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runtime.kube import Kube, KubeError
+from runtime.kube import Gone, Kube, KubeError
 from tests.support.kubeemu import KubeEmulator
 from tests.support.waiting import eventually
 
@@ -118,6 +118,27 @@ class Cluster:
             with contextlib.suppress(KubeError):
                 await self.uninstall(name)
 
+    async def compact_past(self, api_version: str, kind: str, version: str) -> None:
+        """Make `version` too old to watch from: the emulator compacts on request; a real server compacts
+        etcd on its own interval (5 s on our control plane), so churn a ConfigMap until a watch from
+        `version` answers 410 Gone (the wait is for that condition, never a fixed sleep)."""
+        if self.emulator is not None:
+            self.emulator.compact()
+            return
+        churn = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "jetway-churn", "namespace": self.namespace}}
+
+        async def gone() -> bool:
+            churn["data"] = {"at": uuid.uuid4().hex}
+            await self.kube.apply(churn, manager="jetway-tests")
+            try:
+                async for _ in self.kube.watch(api_version, kind, version, namespace=self.namespace, timeout=1):
+                    pass
+            except Gone:
+                return True
+            return False
+
+        await eventually(gone, timeout=60, interval=0.5, message=f"resourceVersion {version} compacted")
+
     # --- playing the components the test control plane has not got -------------------------
 
     async def pods_of(self, kind: str, name: str) -> list[dict[str, Any]]:
@@ -139,7 +160,8 @@ class Cluster:
         for index, pod in enumerate(sorted(pods, key=lambda p: p["metadata"]["name"])):
             now = "2026-01-01T00:00:00Z"
             if succeeded:
-                status: dict[str, Any] = {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]}
+                done = [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]
+                status: dict[str, Any] = {"phase": "Succeeded", "conditions": done}
             else:
                 is_ready = "True" if ready is not None and index < ready else "False"
                 status = {

@@ -1,0 +1,183 @@
+"""The admission webhook called by a real API server: validating and mutating configurations point at
+the watcher's webhook on 127.0.0.1 (`url:` and its `caBundle`), and `kubectl apply` meets it.
+
+The configurations select only this test's namespace, so nothing else on the server goes through them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import yaml
+from aiohttp import web
+
+from runtime.kube import KubeError
+from services.watcher import certs, webhook
+from tests.contracts.cases import MD, changed
+from tests.support.cluster import Cluster, RealServer, cluster_for_tests
+
+KUBECTL = Path(sys.executable).parent / "kubectl"
+ADMISSION = "admissionregistration.k8s.io/v1"
+MDV = "airunway.ai/v1alpha1"
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: value}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Webhook:
+    """The watcher's webhook app on a fixed port, so it can go down and come back where the API server calls it."""
+
+    def __init__(self) -> None:
+        self.issued = certs.issue(["localhost"], ips=("127.0.0.1",), days=1)
+        self.port = _free_port()
+        self.runner: web.AppRunner | None = None
+
+    async def up(self) -> None:
+        self.runner = await webhook.serve(
+            webhook.build_app(), "127.0.0.1", self.port, self.issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
+        )
+
+    async def down(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    def configuration(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        mutate = kind == "MutatingWebhookConfiguration"
+        entry: dict[str, Any] = {
+            "name": "default.airunway.ai" if mutate else "validate.airunway.ai",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore" if mutate else "Fail",  # as deploy/base/webhook.yaml and docs/cluster.md say
+            "timeoutSeconds": 5,
+            "clientConfig": {
+                "url": f"https://127.0.0.1:{self.port}/{'mutate' if mutate else 'validate'}",
+                "caBundle": base64.b64encode(self.issued.ca_pem).decode(),
+            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "rules": [
+                {
+                    "apiGroups": ["airunway.ai"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["modeldeployments", "agentdeployments"],
+                }
+            ],
+        }
+        if mutate:
+            entry["reinvocationPolicy"] = "Never"
+        return {"apiVersion": ADMISSION, "kind": kind, "metadata": {"name": name}, "webhooks": [entry]}
+
+
+@pytest.fixture
+async def called(real_server: RealServer) -> AsyncIterator[tuple[Cluster, Webhook]]:
+    if not real_server.owned:
+        pytest.skip("writes cluster-wide webhook configurations: runs on the test control plane, not on a shared cluster")
+    async with cluster_for_tests(real_server) as cluster:
+        await cluster.install_crds()
+        hook = Webhook()
+        await hook.up()
+        name = f"jetway-test-{cluster.namespace}"
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            await cluster.kube.create(hook.configuration(kind, name, cluster.namespace))
+        try:
+            yield cluster, hook
+        finally:
+            await hook.down()
+            for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+                await cluster.kube.delete(ADMISSION, kind, name)
+
+
+class Applied(NamedTuple):
+    returncode: int
+    stderr: str
+
+
+async def apply(cluster: Cluster, obj: dict[str, Any]) -> Applied:
+    """`kubectl apply`, run without blocking the event loop: the webhook it meets is served from this loop."""
+    assert cluster.server is not None
+    proc = await asyncio.create_subprocess_exec(
+        str(KUBECTL),
+        "apply",
+        "-f",
+        "-",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "KUBECONFIG": cluster.server.kubeconfig},
+    )
+    _, err = await asyncio.wait_for(proc.communicate(yaml.safe_dump(obj).encode()), timeout=60)
+    return Applied(proc.returncode or 0, err.decode())
+
+
+def manifest(cluster: Cluster, name: str, **changes: Any) -> dict[str, Any]:
+    return changed(MD, {"metadata.name": name, "metadata.namespace": cluster.namespace, **changes})
+
+
+async def test_kubectl_apply_meets_the_webhook_refusals_defaults_and_its_failure_policy(called: tuple[Cluster, Webhook]) -> None:
+    cluster, hook = called
+
+    # refused with the webhook's own message: a rule the CRD's CEL rules do not hold
+    bad = manifest(cluster, "bad", **{"spec.model.id": "PLACEHOLDER-model-id"})
+    refused = await apply(cluster, bad)
+    assert refused.returncode != 0
+    # kubectl prints an Invalid status by its causes: the field path and the rule
+    assert 'The modeldeployments "bad" is invalid: spec.model.id:' in refused.stderr and "placeholder" in refused.stderr
+    with pytest.raises(KubeError) as denied:  # the API's own answer names the webhook that refused it
+        await cluster.kube.create(bad)
+    assert denied.value.status == 422 and 'admission webhook "validate.airunway.ai" denied the request' in str(denied.value)
+    assert await cluster.kube.get_or_none(MDV, "ModelDeployment", "bad", cluster.namespace) is None
+
+    # admitted, and the mutating webhook wrote the spec's defaults
+    created = await apply(cluster, manifest(cluster, "qwen"))
+    assert created.returncode == 0, created.stderr
+    stored = await cluster.kube.get(MDV, "ModelDeployment", "qwen", cluster.namespace)
+    answer = webhook.review(
+        {
+            "uid": "x",
+            "kind": {"group": "airunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
+            "operation": "CREATE",
+            "object": manifest(cluster, "qwen"),
+        },
+        mutate=True,
+    )
+    defaulted = next(op["value"] for op in json.loads(base64.b64decode(answer["patch"])) if op["path"] == "/spec")
+    expected = _leaves(defaulted)
+    assert {path: _leaves(stored["spec"]).get(path) for path in expected} == expected
+
+    # webhook down: validation is closed (failurePolicy Fail) ...
+    await hook.down()
+    closed = await apply(cluster, manifest(cluster, "while-down"))
+    assert closed.returncode != 0 and 'failed calling webhook "validate.airunway.ai"' in closed.stderr
+    assert await cluster.kube.get_or_none(MDV, "ModelDeployment", "while-down", cluster.namespace) is None
+
+    # ... and mutation open (failurePolicy Ignore): without the validating webhook the object is stored as
+    # written, and the watcher applies the defaults again at ingest
+    await cluster.kube.delete(ADMISSION, "ValidatingWebhookConfiguration", f"jetway-test-{cluster.namespace}")
+    opened = await apply(cluster, manifest(cluster, "unmutated"))
+    assert opened.returncode == 0, opened.stderr
+    plain = await cluster.kube.get(MDV, "ModelDeployment", "unmutated", cluster.namespace)
+    added_by_webhook = set(expected) - set(_leaves(plain["spec"]))
+    assert added_by_webhook, "the mutating webhook added nothing the CRD's own defaults do not"
