@@ -97,13 +97,15 @@ async def serve_health(nc: Client, runners: list[Runner], checks: list[Callable[
     return runner
 
 
-async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) -> None:
-    """Connect, build the service's runners, serve health, run until SIGTERM, then drain."""
+async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *, uses_kube: bool = True) -> None:
+    """Connect, build the service's runners, serve health, run until SIGTERM, then drain. A service that
+    never talks to the API server (`uses_kube=False`, the selector) opens no client: its pod mounts no
+    token, so connecting would fail."""
     logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
     telemetry.setup(name)
     nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name)
     kube = None
-    if cluster_mode():
+    if cluster_mode() and uses_kube:
         kube = await Kube.connect()
         await kube.discover()
     context = Context(nc, kube)
@@ -140,5 +142,5 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) ->
         os.execv(sys.executable, [sys.executable, "-m", f"services.{name}"])
 
 
-def main(name: str, build: Callable[[Context], Awaitable[list[Runner]]]) -> None:
-    asyncio.run(run(name, build))
+def main(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *, uses_kube: bool = True) -> None:
+    asyncio.run(run(name, build, uses_kube=uses_kube))

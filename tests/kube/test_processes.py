@@ -51,7 +51,10 @@ def kubeconfig(path: Path, server: str) -> Path:
 
 
 @contextlib.contextmanager
-def processes(env: dict[str, str], ports: dict[str, int], logs: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def processes(
+    env: dict[str, str], ports: dict[str, int], logs: Path, *, per_service: dict[str, dict[str, str]] | None = None
+) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """Every service as its own process; `per_service` adds to one service's environment (its own credential)."""
     running: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name in SERVICES:
@@ -61,7 +64,13 @@ def processes(env: dict[str, str], ports: dict[str, int], logs: Path) -> Iterato
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **env, "JETWAY_HEALTH_PORT": str(ports[name]), "JETWAY_HEALTH_HOST": "127.0.0.1"},
+                env={
+                    **os.environ,
+                    **env,
+                    **(per_service or {}).get(name, {}),
+                    "JETWAY_HEALTH_PORT": str(ports[name]),
+                    "JETWAY_HEALTH_HOST": "127.0.0.1",
+                },
             )
         yield running
     finally:
