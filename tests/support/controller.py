@@ -48,6 +48,7 @@ class Controller:
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     connections: dict[str, Client] = field(default_factory=dict)
     kubes: dict[str, Kube] = field(default_factory=dict)
+    identities: dict[str, str] = field(default_factory=dict)  # service → kubeconfig of its own identity (real server)
 
     @property
     def sync(self) -> ClusterSync:
@@ -86,7 +87,7 @@ class Controller:
         names = names or self.services
         for name in names:
             nc = await connect(self.nats_url, name=name)
-            kube = await self.cluster.connect()
+            kube = await self.cluster.connect(self.identities.get(name))
             runner = builders[name](nc, kube)
             self.connections[name], self.kubes[name], self.runners[name] = nc, kube, runner
             self.tasks[name] = asyncio.create_task(runner.run(), name=name)
@@ -115,17 +116,26 @@ class Controller:
 
 @contextlib.asynccontextmanager
 async def running_controller(
-    nats_url: str, cluster: Cluster, *, resync: float = RESYNC, services: tuple[str, ...] = SERVICES, secrets: Path | None = None
+    nats_url: str,
+    cluster: Cluster,
+    *,
+    resync: float = RESYNC,
+    services: tuple[str, ...] = SERVICES,
+    secrets: Path | None = None,
+    all_namespaces: bool = False,
+    clean_up: bool = True,
 ) -> AsyncIterator[Controller]:
+    """On a real server the watcher watches the test's namespace only, unless `all_namespaces` (a test
+    whose objects span namespaces: a Gateway in another one). `clean_up=False` leaves the objects behind
+    (a benchmark that throws the whole server away after)."""
     await cluster.install_crds()
-    controller = Controller(
-        nats_url, cluster, None if cluster.emulator is not None else cluster.namespace, resync, services, secrets or Path("/nonexistent")
-    )
+    namespace = None if cluster.emulator is not None or all_namespaces else cluster.namespace
+    controller = Controller(nats_url, cluster, namespace, resync, services, secrets or Path("/nonexistent"))
     await controller.start()
     try:
         yield controller
     finally:
-        if cluster.real:  # let Jetway remove its finalizers before the namespace goes
+        if cluster.real and clean_up:  # let Jetway remove its finalizers before the namespace goes
             with contextlib.suppress(KubeError):
                 items, _ = await cluster.kube.list("airunway.ai/v1alpha1", "ModelDeployment", cluster.namespace)
                 for item in items:

@@ -14,7 +14,13 @@ same checks against a real cluster when KUBECONFIG is set):
   older than the retained history;
 - finalizers and `deletionTimestamp`; owner-reference garbage collection (background);
 - discovery that changes when a CustomResourceDefinition is added or removed;
-- custom resources defaulted and validated against their CRD's schema, CEL rules included.
+- custom resources defaulted and validated against their CRD's schema, CEL rules included;
+- the size limits: a request body of 3 MiB (413), annotations of 256 KiB and a ConfigMap's or
+  Secret's data of 1 MiB (422), an object of ~1.5 MiB in etcd (500; measured here on its JSON,
+  which etcd's protobuf is close to for the big strings that reach it);
+- metadata-only reads (`Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`),
+  down to a real server's quirks: a list asking for the object form is 406, a watch asking for the
+  List form an empty stream, an empty PartialObjectMetadataList has `"items": null`.
 
 Test hooks: `drop_watches()` cuts every open watch, `compact()` forgets history (the next
 watch from an old version gets 410), `requests` counts mutating calls per field manager.
@@ -23,6 +29,8 @@ watch from an old version gets 410), `requests` counts mutating calls per field 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import copy
 import json
 import re
@@ -52,6 +60,13 @@ LIST_MAP_KEYS = {
     "webhooks": "name",
 }
 SET_LISTS = {"finalizers"}
+MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's limit on a request body
+MAX_ANNOTATIONS = 256 * 1024  # keys and values together
+MAX_DATA = 1024 * 1024  # a ConfigMap's or Secret's values
+MAX_STORED = 1536 * 1024  # etcd's --max-request-bytes default
+META_GROUP = "meta.k8s.io"
+META_VERSIONS = ("v1", "v1beta1")
+MEDIA_TYPES = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
 IDENTITY = {"apiVersion", "kind"}
 META_IDENTITY = {
     "name",
@@ -111,15 +126,9 @@ class Refused(Exception):
         self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
 
     def status(self) -> Obj:
-        body: Obj = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
+        body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message, "code": self.code}
+        if self.reason:  # an etcd error reaches the client with none
+            body["reason"] = self.reason
         if self.causes:
             body["details"] = {"causes": self.causes}
         return body
@@ -239,6 +248,37 @@ def _at_path(obj: Any, path: str) -> Any:
     return node
 
 
+def _decoded(value: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return value.encode()
+
+
+def metadata_form(accept: str) -> tuple[str, str] | None:
+    """The PartialObjectMetadata form (kind, version) an Accept header asks for, None for whole objects; the
+    first media range a server can answer decides, as a real one negotiates."""
+    if not accept.strip():
+        return None
+    for media_range in accept.split(","):
+        media, *rest = (part.strip() for part in media_range.split(";"))
+        if media not in ("application/json", "application/*", "*/*"):
+            continue
+        params = dict(p.split("=", 1) for p in rest if "=" in p)
+        form = params.get("as")
+        if form is None:
+            return None
+        known = form in ("PartialObjectMetadata", "PartialObjectMetadataList")
+        if known and params.get("g") == META_GROUP and params.get("v") in META_VERSIONS:
+            return form, params["v"]
+        raise Refused(406, "NotAcceptable", f"only the following media types are accepted: {MEDIA_TYPES}")
+    raise Refused(406, "NotAcceptable", f"406: Not Acceptable\n\nAvailable representations: {MEDIA_TYPES}")
+
+
+def partial(obj: Obj, version: str) -> Obj:
+    return {"kind": "PartialObjectMetadata", "apiVersion": f"{META_GROUP}/{version}", "metadata": copy.deepcopy(obj["metadata"])}
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -327,6 +367,8 @@ class KubeEmulator:
     log: list[tuple[int, str, Kind, Obj]] = field(default_factory=list)
     watchers: list[Watcher] = field(default_factory=list)
     requests: Counter[str] = field(default_factory=Counter)
+    # every call as a real server's apiserver_request_total labels it: (verb, resource, subresource)
+    calls: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     rv: int = 1000
     oldest: int = 1000
     url: str = ""
@@ -362,7 +404,7 @@ class KubeEmulator:
     def _visible(watcher: Watcher, kind: Kind, obj: Obj) -> bool:
         meta = obj["metadata"]
         return (
-            watcher.kind is kind
+            (watcher.kind.group, watcher.kind.plural) == (kind.group, kind.plural)  # a CRD's kind is served anew on each change
             and (watcher.namespace is None or meta.get("namespace") == watcher.namespace)
             and matches(meta.get("labels") or {}, watcher.selector)
         )
@@ -388,6 +430,23 @@ class KubeEmulator:
     def _content(obj: Obj) -> Obj:
         return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
+    @staticmethod
+    def _check_size(kind: Kind, obj: Obj) -> None:
+        """What a real server refuses by size: validation first (422), then etcd (500)."""
+        invalid = f'{kind.kind} "{obj["metadata"].get("name", "")}" is invalid'
+        annotations = obj["metadata"].get("annotations") or {}
+        if sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATIONS:
+            raise Refused(422, "Invalid", f"{invalid}: metadata.annotations: Too long: may not be more than {MAX_ANNOTATIONS} bytes")
+        if kind.group == "" and kind.kind in ("ConfigMap", "Secret"):
+            text, encoded = ("data", "binaryData") if kind.kind == "ConfigMap" else ("stringData", "data")
+            size = sum(len(v.encode()) for v in (obj.get(text) or {}).values())
+            size += sum(len(_decoded(v)) for v in (obj.get(encoded) or {}).values())
+            if size > MAX_DATA:
+                where = "[]" if kind.kind == "ConfigMap" else "data"  # as a real server names them
+                raise Refused(422, "Invalid", f"{invalid}: {where}: Too long: may not be more than {MAX_DATA} bytes")
+        if len(json.dumps(obj, separators=(",", ":"))) > MAX_STORED:
+            raise Refused(500, "", "etcdserver: request is too large")
+
     def _store(self, kind: Kind, obj: Obj, old: Obj | None, event: str) -> Obj:
         meta = obj["metadata"]
         meta["resourceVersion"] = self._bump()
@@ -403,7 +462,7 @@ class KubeEmulator:
             return obj
         self.objects[key] = obj
         self._emit(event, kind, obj)
-        if kind.kind == "CustomResourceDefinition":
+        if kind.kind == "CustomResourceDefinition" and (old is None or old.get("spec") != obj.get("spec")):
             self._register_crd(obj)
         return obj
 
@@ -412,6 +471,7 @@ class KubeEmulator:
         for version in spec["versions"]:
             if version.get("served", True):
                 subresources = version.get("subresources") or {}
+                self._end_watches(self.kinds.get((spec["group"], spec["names"]["plural"])))
                 self.kinds[(spec["group"], spec["names"]["plural"])] = Kind(
                     spec["group"],
                     version["name"],
@@ -424,7 +484,14 @@ class KubeEmulator:
 
     def _crd_gone(self, kind: Kind, obj: Obj) -> None:
         if kind.kind == "CustomResourceDefinition":
-            self.kinds.pop((obj["spec"]["group"], obj["spec"]["names"]["plural"]), None)
+            self._end_watches(self.kinds.pop((obj["spec"]["group"], obj["spec"]["names"]["plural"]), None))
+
+    def _end_watches(self, kind: Kind | None) -> None:
+        """End the open watches on a custom resource, as a real server does when its CRD's spec changes
+        (the kind is served anew) or the CRD goes; clients watch again from the last version they saw."""
+        for watcher in self.watchers:
+            if kind is not None and watcher.kind is kind:
+                watcher.queue.put_nowait(None)
 
     def _collect(self, uid: str) -> None:
         """Background garbage collection: dependents of a removed owner go too."""
@@ -491,6 +558,7 @@ class KubeEmulator:
         meta.update({"uid": str(uuid.uuid4()), "creationTimestamp": now(), "generation": 1})
         for drop in ("resourceVersion", "deletionTimestamp", "managedFields"):
             meta.pop(drop, None)
+        self._check_size(kind, obj)
         key = self._key(kind, meta.get("namespace", ""), meta["name"])
         self._assign(key, manager, obj, False)
         stored = self._store(kind, obj, None, "ADDED")
@@ -529,6 +597,7 @@ class KubeEmulator:
                     new.pop("status", None)
         new["apiVersion"], new["kind"] = kind.api_version, kind.kind
         new = self._schema_check(kind, new, old)
+        self._check_size(kind, new)
         key = self._key(kind, meta_old.get("namespace", ""), meta_old["name"])
         self._assign(key, manager, new, subresource == "status", old)
         stored = self._store(kind, new, old, "MODIFIED")
@@ -586,6 +655,7 @@ class KubeEmulator:
         for path, value in wanted.items():
             set_at(new, path, value)
         new = self._schema_check(kind, new, existing)
+        self._check_size(kind, new)  # before the managers change: a refused apply owns nothing
         changed = {p for p in wanted if get_at(existing, p) != wanted[p]}
         for other in owned:
             if other != manager:
@@ -752,6 +822,8 @@ class KubeEmulator:
             )
         if method != "GET":
             self.requests[query.get("fieldManager") or method] += 1
+        verb = method if method != "GET" else ("GET" if name else "WATCH" if query.get("watch") in ("1", "true") else "LIST")
+        self.calls[(verb, kind.plural, subresource or "")] += 1
         if method == "GET" and name is None:
             if query.get("watch") in ("1", "true"):
                 self.requests[f"watch {kind.kind}"] += 1
@@ -775,15 +847,19 @@ class KubeEmulator:
             return web.json_response(self.delete(kind, ns, name))
         raise Refused(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
-    async def _watch(self, request: web.Request, kind: Kind, namespace: str | None) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, kind: Kind, namespace: str | None, form: tuple[str, str] | None) -> web.StreamResponse:
         query = request.query
         since = query.get("resourceVersion", "")
         timeout = float(query.get("timeoutSeconds", "300"))
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)
+        if form is not None and form[0] == "PartialObjectMetadataList":
+            return response  # a real server ends such a watch at once, with no event and no error
         watcher = Watcher(kind, namespace if kind.namespaced else None, query.get("labelSelector"))
 
         async def send(event: Obj) -> None:
+            if form is not None and event["type"] != "ERROR":
+                event = {"type": event["type"], "object": partial(event["object"], form[1])}
             await response.write(json.dumps(event).encode() + b"\n")
 
         if since and since != "0" and int(since) < self.oldest:
@@ -796,7 +872,7 @@ class KubeEmulator:
                         "status": "Failure",
                         "code": 410,
                         "reason": "Expired",
-                        "message": f"too old resource version: {since} ({self.oldest})",
+                        "message": "The resourceVersion for the provided watch is too old.",
                     },
                 }
             )
