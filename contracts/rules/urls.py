@@ -25,7 +25,7 @@ def base_url_problem(url: str, *, allow_path: bool = True) -> str | None:
     if authority.startswith("["):
         end = authority.find("]")
         if end < 0:
-            return "IPv6 address must be enclosed in brackets"
+            return "IPv6 address has no closing ']'"
         try:
             ipaddress.IPv6Address(authority[1:end])
         except ValueError:
@@ -63,27 +63,70 @@ def base_url_problem(url: str, *, allow_path: bool = True) -> str | None:
 METADATA_ADDRESSES = frozenset({"169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2"})
 
 
+# IPv6 ranges whose addresses carry an IPv4 address the packet ends up at (or that a translator
+# turns into one): each embedded address is held to the same policy, or ::a9fe:a9fe would reach
+# the metadata service that 169.254.169.254 may not. Values: byte slices of the IPv4 address,
+# every RFC 6052 layout a prefix of that length may use.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_RFC6052_LAYOUTS = (  # prefix /48, /56, /64, /96 (byte 8 is the reserved "u" octet)
+    (slice(6, 8), slice(9, 11)),
+    (slice(7, 8), slice(9, 12)),
+    (slice(9, 13),),
+    (slice(12, 16),),
+)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address stands for: mapped, compatible, translated, NAT64, 6to4, Teredo."""
+    packed = ip.packed
+    found: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip in _IPV4_COMPATIBLE or ip in _IPV4_TRANSLATED or ip in _NAT64_WELL_KNOWN:
+        found.append(ipaddress.IPv4Address(packed[12:]))
+    if ip in _NAT64_LOCAL:
+        found += [ipaddress.IPv4Address(b"".join(packed[part] for part in layout)) for layout in _RFC6052_LAYOUTS]
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found += list(ip.teredo)  # (server, client): the client is de-obfuscated by ipaddress
+    return found
+
+
+def _refused_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, *, embedded: bool = False) -> str | None:
+    if str(ip) in METADATA_ADDRESSES:
+        return f"{ip} is a cloud metadata address"
+    if ip.is_link_local:
+        return f"{ip} is a link-local address"
+    # Not for embedded candidates: the unused RFC 6052 layouts of a NAT64 address read as 0.0.0.0.
+    if not embedded and (ip.is_multicast or ip.is_unspecified):
+        return f"{ip} is not a unicast address"
+    return None
+
+
 def refused_address(address: str, *, allow_link_local: bool = False) -> str | None:
     """Why an IP address must not be dialled, or None when it may be."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return None  # a host name: checked again once resolved
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
     if allow_link_local:
         return None
-    if str(ip) in METADATA_ADDRESSES:
-        return f"{ip} is a cloud metadata address"
-    if ip.is_link_local:
-        return f"{ip} is a link-local address"
-    if ip.is_multicast or ip.is_unspecified:
-        return f"{ip} is not a unicast address"
-    return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        for inner in _embedded_ipv4(ip):
+            why = _refused_ip(inner, embedded=True)
+            if why:
+                return why if ip.ipv4_mapped == inner else f"{ip} embeds an IPv4 address: {why}"
+    return _refused_ip(ip)
 
 
 def url_host(url: str) -> str:
+    """The host of a URL, brackets removed; never raises (admission judges malformed URLs)."""
     authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
     if authority.startswith("["):
-        return authority[1 : authority.index("]")]
+        end = authority.find("]")
+        return authority[1:end] if end >= 0 else authority[1:]
     return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority

@@ -104,7 +104,8 @@ class WatcherService(Service):
         current = self.state.resources.items.get(key_of(first.obj))
         verdict = admit(doc, old=typed(current)) if current is not None else first
         if verdict.obj is not None:
-            verdict.problems += policy(verdict.obj, allow_link_local=self.allow_link_local)
+            if not verdict.problems:  # the dial policy judges only what admission accepted (a malformed URL has no host)
+                verdict.problems += policy(verdict.obj, allow_link_local=self.allow_link_local)
             if isinstance(verdict.obj, ModelDeployment) and current is not None:
                 verdict.problems += md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj)
         return verdict, current

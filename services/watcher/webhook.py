@@ -49,7 +49,8 @@ def review(request: dict[str, Any], *, mutate: bool, allow_link_local: bool = Fa
     previous = admit(_desired(old)).obj if isinstance(old, dict) else None
     verdict = admit(_desired(obj), old=previous)
     if verdict.obj is not None:
-        verdict.problems += policy(verdict.obj, allow_link_local=allow_link_local)
+        if not verdict.problems:  # the dial policy judges only what admission accepted (a malformed URL has no host)
+            verdict.problems += policy(verdict.obj, allow_link_local=allow_link_local)
         if isinstance(verdict.obj, ModelDeployment) and isinstance(old, dict):
             recorded = ((old.get("status") or {}).get("provider") or {}).get("name")
             verdict.problems += md_rules.check_provider_switch(recorded if isinstance(recorded, str) else None, verdict.obj)

@@ -134,6 +134,25 @@ def test_endpoint_parse(url: str, expected: tuple[Any, ...]) -> None:
         ("10.1.2.3", None),
         ("192.168.1.20", None),
         ("gpu.lab", None),
+        # IPv6 forms that embed a refused IPv4 address are refused like it (D12)
+        ("::169.254.169.254", "cloud metadata"),  # IPv4-compatible, ::/96
+        ("::a9fe:a9fe", "cloud metadata"),
+        ("::ffff:0:169.254.1.1", "link-local"),  # IPv4-translated
+        ("64:ff9b::a9fe:a9fe", "cloud metadata"),  # NAT64 well-known prefix
+        ("64:ff9b::169.254.7.7", "link-local"),
+        ("64:ff9b:1::a9fe:a9fe", "cloud metadata"),  # NAT64 local-use prefix, /96 layout
+        ("64:ff9b:1:a9fe:a9:fe00::", "cloud metadata"),  # the same, /48 layout (RFC 6052)
+        ("64:ff9b:1:1:a9:fea9:fe00:0", "cloud metadata"),  # /64 layout
+        ("2002:a9fe:a9fe::1", "cloud metadata"),  # 6to4
+        ("2001:0:4136:e378:8000:63bf:5601:5601", "cloud metadata"),  # Teredo client 169.254.169.254
+        ("2001:0:a9fe:a9fe:0:0:f5fe:fdfc", "cloud metadata"),  # Teredo server 169.254.169.254
+        ("::1", None),
+        ("::10.1.2.3", None),
+        ("64:ff9b::a01:203", None),
+        ("64:ff9b:1::a01:203", None),
+        ("2002:a01:203::1", None),
+        ("2001:db8::1", None),
+        ("2001:0:4136:e378:8000:63bf:f5fe:fdfc", None),  # Teredo client 10.1.2.3
     ],
 )
 def test_dial_policy(address: str, refused: str | None) -> None:
@@ -146,3 +165,6 @@ def test_url_host() -> None:
     assert url_host("http://[fe80::1]:80/x") == "fe80::1"
     assert url_host("https://169.254.169.254/latest") == "169.254.169.254"
     assert url_host("http://h:1") == "h"
+    # unclosed brackets are a field error of admission; the host helper must not raise on them (D4)
+    assert url_host("http://[::1") == "::1"
+    assert url_host("http://[fe80::1") == "fe80::1"
