@@ -14,6 +14,47 @@ _encode = msgspec.json.Encoder().encode
 _WORDS = re.compile(r"\S+\s*")
 
 
+def _content_problem(content: Any, where: str) -> tuple[str, str] | None:
+    if content is None or isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return f"{where} must be a string, null or a list of content parts", where
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        if not isinstance(part, dict):
+            return f"{at} must be an object with a 'type' (a content part)", at
+        if not isinstance(part.get("type"), str):
+            return f"{at}.type must be a string", f"{at}.type"
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            return f"{at}.text must be a string for a part of type 'text'", f"{at}.text"
+    return None
+
+
+def problem(body: dict[str, Any], chat: bool) -> tuple[str, str] | None:
+    """(message, param) when the body is not what the OpenAI API accepts, checked before any byte
+    is sent: answering must not fail half-way (a stream cannot turn into a 400 after its 200)."""
+    if chat:
+        for i, message in enumerate(body.get("messages") or []):
+            where = f"messages[{i}]"
+            if not isinstance(message, dict):
+                return f"{where} must be an object with a 'role' and a 'content'", where
+            if not isinstance(message.get("role"), str):
+                return f"{where}.role must be a string", f"{where}.role"
+            found = _content_problem(message.get("content"), f"{where}.content")
+            if found:
+                return found
+    else:
+        prompt = body.get("prompt")
+        for i, item in enumerate(prompt if isinstance(prompt, list) else []):
+            tokens = isinstance(item, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in item)
+            if not (isinstance(item, str) or tokens or (isinstance(item, int) and not isinstance(item, bool))):
+                return f"prompt[{i}] must be a string, a token id or a list of token ids", f"prompt[{i}]"
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return "stream_options must be an object", "stream_options"
+    return None
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content

@@ -382,9 +382,14 @@ async def forward(
     routes = client.routes
     name = member.name.encode()
     if member.spec.backend == "echo":
+        found = echo.problem(body, chat)
+        if found:
+            client.respond(*_bad(*found))
+            return
         if stream:
+            events = echo.stream(body, model, chat)  # all of it before the head: nothing can fail after a 200
             client.start(200, [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-jetway-member", name)], None)
-            for event in echo.stream(body, model, chat):
+            for event in events:
                 client.write(event)
             client.end()
         else:
