@@ -241,12 +241,25 @@ class Relay:
         self.client.upstream = connection
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        if 300 <= status < 400:
+            # A Location may point anywhere (169.254.169.254 included): the client must not follow
+            # a member there, so the redirect is an error of the member's and its body is dropped.
+            log.warning("member answered a redirect", extra={"member": self.member.decode(), "status": status})
+            self.body = self._drop  # type: ignore[method-assign]
+            message = (
+                f"member {self.member.decode()!r} answered {status} (a redirect); Jetway does not follow or pass on redirects from members"
+            )
+            self.client.respond(*openai_error(502, message, "server_error", "upstream_redirect"), extra=[(b"x-jetway-member", self.member)])
+            return
         kept = [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP]
         length = next((int(v) for n, v in headers if n.lower() == b"content-length" and v.isdigit()), None)
         self.client.start(status, [*kept, (b"x-jetway-member", self.member)], length)
 
     def body(self, chunk: bytes) -> None:
         self.pending.append(chunk)
+
+    def _drop(self, chunk: bytes) -> None:
+        pass
 
     def flush(self) -> None:
         if self.pending:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.nats import NatsEndpoint
+from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
 from tests.support.waiting import eventually
 
@@ -29,6 +30,19 @@ def member(name: str, url: str = "", *, backend: str = "vllm-openai", models: li
 async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
     async with running_stack(nats.url, tmp_path, probe_interval=TICK) as running:
         yield running
+
+
+@pytest.fixture
+async def upstreams() -> AsyncIterator[list[FakeOpenAI]]:
+    started: list[FakeOpenAI] = []
+    yield started
+    for upstream in started:
+        await upstream.stop()
+
+
+async def serve(upstreams: list[FakeOpenAI], upstream: FakeOpenAI) -> FakeOpenAI:
+    upstreams.append(await upstream.start())
+    return upstream
 
 
 async def echo_ready(stack: Stack) -> None:
@@ -82,3 +96,26 @@ async def test_echo_refuses_malformed_prompts_and_stream_options(stack: Stack) -
     assert status == 200 and json.loads(raw)["choices"][0]["message"]["content"] == "a b"
     status, _, raw = await post(stack, {"model": "echo", "prompt": ["a", 5, [1, 2]]}, path="completions")
     assert status == 200 and json.loads(raw)["choices"][0]["text"] == "a"
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_redirect_from_a_member_is_a_502_and_its_location_never_reaches_the_client(
+    stack: Stack, upstreams: list[FakeOpenAI], status: int
+) -> None:
+    metadata = "http://169.254.169.254/latest/meta-data/iam/security-credentials/"
+    upstream = await serve(upstreams, FakeOpenAI(name="gpu", models=["m"], redirect=(status, metadata)))
+    await stack.apply(member("gpu", upstream.url))
+    await eventually(lambda: stack.served("m"), message="gpu ready")
+    for stream in (False, True):
+        body = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+        async with stack.http.post(f"{stack.router_url}/chat/completions", json=body, allow_redirects=False) as response:
+            raw = await response.read()
+            assert response.status == 502 and "Location" not in response.headers, (response.status, dict(response.headers))
+            assert response.headers["x-jetway-member"] == "gpu"
+        error = json.loads(raw)["error"]
+        assert error["code"] == "upstream_redirect" and error["type"] == "server_error"
+        assert f"answered {status}" in error["message"] and "redirect" in error["message"]
+        assert b"169.254" not in raw
+    assert len(upstream.completions) == 2, "no retry: the member answered"
+    upstream.redirect = None
+    assert (await stack.chat("m"))[0] == 200, "the connection and the member stay usable"

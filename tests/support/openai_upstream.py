@@ -32,6 +32,9 @@ class FakeOpenAI:
     requests: list[Seen] = field(default_factory=list)
     hold: asyncio.Event | None = None  # streams pause after their first chunk until this is set
     models_status: int = 200
+    redirect: tuple[int, str] | None = None  # completions answer this status with this Location
+    endless_models: bool = False  # GET /v1/models sends a 200 and a body that never ends
+    models_sent: int = 0  # bytes of endless model lists written, until the client went away
     _runner: web.AppRunner | None = None
     port: int = 0
     host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8), to serve a fixed port without a clash
@@ -51,15 +54,32 @@ class FakeOpenAI:
         self.requests.append(Seen(request.path, request.headers.get("Authorization"), None))
         if not self._authorized(request):
             return web.json_response({"error": {"message": "bad token"}}, status=401)
+        if self.endless_models:
+            return await self._endless(request)
         if self.models_status != 200:
             return web.json_response({"error": {"message": "broken"}}, status=self.models_status)
         return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"} for m in self.models]})
+
+    async def _endless(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        chunk = b'{"object": "list", "data": [' + b'{"id": "m", "object": "model"}, ' * 2048
+        try:
+            while True:
+                await response.write(chunk)
+                self.models_sent += len(chunk)
+        except (ConnectionError, RuntimeError):  # the prober hung up: what it had to do
+            pass
+        return response
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(Seen(request.path, request.headers.get("Authorization"), body))
         if not self._authorized(request):
             return web.json_response({"error": {"message": "bad token"}}, status=401)
+        if self.redirect is not None:
+            status, location = self.redirect
+            return web.json_response({"moved": location}, status=status, headers={"Location": location})
         chat = request.path.endswith("chat/completions")
         text = body["messages"][-1]["content"] if chat else body.get("prompt", "")
         reply = f"{self.name}: {text}"
