@@ -12,9 +12,10 @@ from runtime.secrets import SecretSource, bearer_token
 from services.gateway.decide import ProbeOutcome
 from services.gateway.projection import Member
 from services.gateway.signal import NoAgent, SignalClient
-from services.gateway.upstream import DialRefused, Endpoint, UpstreamError, UpstreamPool
+from services.gateway.upstream import DialRefused, Endpoint, TooLarge, UpstreamError, UpstreamPool
 
 PROBE_TIMEOUT = 3.0
+MAX_MODELS_BODY = 4 * 1024 * 1024  # a model list is kilobytes; an endless one is read this far, then dropped
 
 
 class _Models(msgspec.Struct):
@@ -78,7 +79,11 @@ class Prober:
         if token:
             headers.append((b"authorization", b"Bearer " + token.encode()))
         try:
-            answer = await self.pool.fetch(endpoint, "GET", "/v1/models", headers, timeout=self.timeout)
+            answer = await self.pool.fetch(endpoint, "GET", "/v1/models", headers, timeout=self.timeout, max_body=MAX_MODELS_BODY)
+        except TooLarge:
+            return ProbeOutcome(
+                reason="ProbeFailed", message=f"GET /v1/models answered more than {MAX_MODELS_BODY // (1024 * 1024)} MiB"
+            ), transport
         except DialRefused as exc:
             return ProbeOutcome(reason="DialRefused", message=str(exc)), transport
         except UpstreamError as exc:

@@ -30,6 +30,8 @@ from contracts.rules.urls import refused_address
 
 CONNECT_TIMEOUT = 5.0
 MAX_IDLE_PER_ENDPOINT = 64
+MAX_HEAD = 1024 * 1024  # status line and headers, and whatever body came in the same reads
+MAX_FETCHED_BODY = 4 * 1024 * 1024  # a body kept in memory whole (probes); streamed answers are not kept
 
 
 class UpstreamError(Exception):
@@ -42,6 +44,10 @@ class BeforeResponse(UpstreamError):
 
 class DialRefused(UpstreamError):
     """The dial policy refused every address of the host."""
+
+
+class TooLarge(UpstreamError):
+    """An answer to be kept whole was larger than its bound; the connection was closed at it."""
 
 
 class Sink(Protocol):
@@ -93,18 +99,37 @@ class Endpoint:
 
 
 class _Buffered:
-    """A sink that keeps the whole answer (the prober's, the compute agent's probes)."""
+    """A sink that keeps the whole answer (the prober's, the compute agent's probes), up to `limit`
+    bytes: past it the connection is closed, so an endless body costs a bounded read, not memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.chunks: list[bytes] = []
+        self.limit = limit
+        self.size = 0
+        self.connection: Connection | None = None
+
+    def attach(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def _too_large(self) -> None:
+        self.chunks = []
+        if self.connection is not None:
+            self.connection._fail(TooLarge(f"answer larger than {self.limit} bytes"))
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status, self.headers = status, headers
+        length = next((v for n, v in headers if n.lower() == b"content-length"), b"")
+        if length.isdigit() and int(length) > self.limit:
+            self._too_large()
 
     def body(self, chunk: bytes) -> None:
-        self.chunks.append(chunk)
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self._too_large()
+        else:
+            self.chunks.append(chunk)
 
     def done(self) -> None:
         pass
@@ -135,6 +160,7 @@ class Connection(asyncio.Protocol):
         self.reusable = False
         self.closed = False
         self.used = 0
+        self.head_bytes = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self.on_pause: Callable[[], None] | None = None
 
@@ -144,6 +170,11 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         sink = self.sink
+        if not self.answered:  # httptools keeps a header until it ends: bound what it may keep
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD:
+                self._fail(BeforeResponse(f"response headers larger than {MAX_HEAD // 1024} KiB"))
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:  # pragma: no cover - we never ask for upgrades
@@ -211,6 +242,7 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.sink = sink
         self.answered = False
+        self.head_bytes = 0
         self.reusable = False
         self.used += 1
         self.finished = asyncio.get_running_loop().create_future()
@@ -280,6 +312,9 @@ class UpstreamPool:
             except (TimeoutError, OSError) as exc:
                 sock.close()
                 last = exc
+            except asyncio.CancelledError:  # the caller's deadline (a probe's): no socket left behind
+                sock.close()
+                raise
         reason = "timed out" if isinstance(last, asyncio.TimeoutError) else (getattr(last, "strerror", None) or str(last))
         raise BeforeResponse(f"connect to {endpoint.host}:{endpoint.port}: {reason}")
 
@@ -360,10 +395,16 @@ class UpstreamPool:
         body: bytes = b"",
         *,
         timeout: float = 5.0,
+        max_body: int = MAX_FETCHED_BODY,
     ) -> Response:
-        """A whole request and response (probes)."""
-        sink = _Buffered()
-        await self.send(endpoint, method, path, headers or [], body, sink, connect_timeout=timeout, response_timeout=timeout)
+        """A whole request and response (probes), in `timeout` seconds all told (name resolution
+        included), its body at most `max_body` bytes (TooLarge past it)."""
+        sink = _Buffered(max_body)
+        try:
+            async with asyncio.timeout(timeout):
+                await self.send(endpoint, method, path, headers or [], body, sink, connect_timeout=timeout, response_timeout=timeout)
+        except TimeoutError:
+            raise BeforeResponse(f"no answer from {endpoint.host}:{endpoint.port} in {timeout:.0f}s") from None
         return Response(sink.status, sink.headers, sink.content)
 
     def close(self) -> None:

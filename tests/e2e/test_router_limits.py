@@ -4,6 +4,8 @@ members, pipelined and partial requests, timeouts and limits (real NATS, real up
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from services.gateway.probe import MAX_MODELS_BODY
+from services.gateway.upstream import MAX_HEAD
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
@@ -119,3 +123,37 @@ async def test_a_redirect_from_a_member_is_a_502_and_its_location_never_reaches_
     assert len(upstream.completions) == 2, "no retry: the member answered"
     upstream.redirect = None
     assert (await stack.chat("m"))[0] == 200, "the connection and the member stay usable"
+
+
+async def test_a_model_list_that_never_ends_fails_the_probe_at_the_size_bound(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
+    upstream = await serve(upstreams, FakeOpenAI(name="gpu", models=["m"], endless_models=True))
+    await stack.apply(member("gpu", upstream.url))
+    condition = await eventually(lambda: stack.condition("gpu", "Healthy"), timeout=60, message="probed")
+    # ProbeFailed at the bound, not Unreachable at the probe's timeout after buffering all it got
+    assert (condition["status"], condition["reason"]) == ("False", "ProbeFailed"), condition
+    assert condition["message"] == f"GET /v1/models answered more than {MAX_MODELS_BODY // (1024 * 1024)} MiB", condition
+    # the prober hung up at the bound: what the upstream got written is the bound plus socket buffers
+    await eventually(lambda: upstream.models_sent > 0, message="the upstream saw its client go")
+    assert upstream.models_sent < MAX_MODELS_BODY + 32 * 1024 * 1024
+    assert not await stack.served("m")
+
+
+async def test_response_headers_that_never_end_fail_the_probe_at_the_bound(stack: Stack) -> None:
+    async def endless_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nx-endless: ")
+        with contextlib.suppress(ConnectionError):
+            while True:
+                writer.write(b"a" * 65536)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(endless_head, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        await stack.apply(member("gpu", f"http://127.0.0.1:{port}"))
+        condition = await eventually(lambda: stack.condition("gpu", "Healthy"), timeout=60, message="probed")
+        assert (condition["status"], condition["reason"]) == ("False", "Unreachable"), condition
+        assert condition["message"] == f"response headers larger than {MAX_HEAD // 1024} KiB", condition
+    finally:
+        server.close()

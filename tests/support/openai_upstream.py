@@ -34,7 +34,7 @@ class FakeOpenAI:
     models_status: int = 200
     redirect: tuple[int, str] | None = None  # completions answer this status with this Location
     endless_models: bool = False  # GET /v1/models sends a 200 and a body that never ends
-    models_sent: int = 0  # bytes of endless model lists written, until the client went away
+    models_sent: int = 0  # the most bytes one endless model list got written before its client went away
     _runner: web.AppRunner | None = None
     port: int = 0
     host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8), to serve a fixed port without a clash
@@ -64,10 +64,12 @@ class FakeOpenAI:
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)
         chunk = b'{"object": "list", "data": [' + b'{"id": "m", "object": "model"}, ' * 2048
+        sent = 0
         try:
             while True:
                 await response.write(chunk)
-                self.models_sent += len(chunk)
+                sent += len(chunk)
+                self.models_sent = max(self.models_sent, sent)
         except (ConnectionError, RuntimeError):  # the prober hung up: what it had to do
             pass
         return response
