@@ -51,8 +51,12 @@ def _providers(files: list[str], err: TextIO) -> list[selection.Provider] | None
     return providers
 
 
-def objects_for(md: ModelDeployment, uid: str, providers: list[selection.Provider]) -> tuple[list[dict[str, Any]], str]:
-    """(objects, a one-line account) for one admitted deployment; ValueError with the reason when it cannot render."""
+def objects_for(
+    md: ModelDeployment, uid: str, providers: list[selection.Provider], *, gateway_available: bool = False
+) -> tuple[list[dict[str, Any]], str]:
+    """(objects, a one-line account) for one admitted deployment; ValueError with the reason when it cannot render.
+
+    `gateway_available`: render as in a cluster that serves the Inference Extension (Dynamo then adds its endpoint picker)."""
     key = Key("ModelDeployment", md.metadata.namespace or "default", md.metadata.name)
     outcome = selection.select(md, 1, None, providers)
     chosen = outcome.decision
@@ -63,7 +67,7 @@ def objects_for(md: ModelDeployment, uid: str, providers: list[selection.Provide
         raise ValueError("Storage invalid: " + "; ".join(plan.problems))
     deployment = Deployment(key, 1, uid, md, selection=chosen, storage=plan)
     rendered: list[dict[str, Any]] = list(plan.objects)
-    for step in workload.decide(deployment, BUILTIN):
+    for step in workload.decide(deployment, BUILTIN, gateway_available=gateway_available):
         if isinstance(step.record, RenderFailed):
             raise ValueError(step.record.status.message or step.record.message)
         if isinstance(step.record, WorkloadRendered):

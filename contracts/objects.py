@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from contracts.subjects import Key
@@ -14,6 +15,19 @@ ENGINE_TYPE = "airunway.ai/engine-type"
 MODEL_SOURCE = "airunway.ai/model-source"
 JOB_TYPE = "airunway.ai/job-type"
 PAUSED = "airunway.ai/reconcile-paused"
+
+
+NAME_LIMIT = 63  # a Service's name (DNS-1035 label) and a label value
+
+
+def child_name(parent: str, suffix: str) -> str:
+    """`<parent><suffix>`; when that passes 63 characters, the parent is cut short and a hash of it keeps
+    distinct parents apart (`<parent[:n]>-<hash><suffix>`), so a name admission took still names a Service."""
+    name = parent + suffix
+    if len(name) <= NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(parent.encode()).hexdigest()[:8]
+    return f"{parent[: NAME_LIMIT - len(suffix) - len(digest) - 1].rstrip('-')}-{digest}{suffix}"
 
 
 def owner_references(key: Key, uid: str, *, api_version: str = "airunway.ai/v1alpha1") -> list[dict[str, Any]]:

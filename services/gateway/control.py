@@ -20,7 +20,7 @@ from contracts.events import StatusCondition, StatusSlice
 from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView, NoGateway, choose_gateway
 from contracts.modeldeployment import ModelDeployment
-from contracts.objects import MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, metadata, owner_references, ref
+from contracts.objects import MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, child_name, metadata, owner_references, ref
 from contracts.providerconfig import EngineGateway
 from contracts.subjects import Key
 
@@ -123,7 +123,7 @@ def _labels(key: Key) -> dict[str, str]:
 def pool_objects(inputs: Inputs, port: int) -> list[dict[str, Any]]:
     """The InferencePool for the deployment's pods and its endpoint picker (EPP) stack."""
     key, uid = inputs.key, inputs.uid
-    epp = f"{key.name}-epp"
+    epp = child_name(key.name, "-epp")  # a Service name and a label value: 63 characters at most
     labels = {**_labels(key), "app.kubernetes.io/name": epp, "app.kubernetes.io/instance": key.name}
     picker = inputs.capability.endpointPicker if inputs.capability else None
     pool = {

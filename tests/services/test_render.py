@@ -15,6 +15,7 @@ import yaml
 
 from contracts.admission import admit
 from contracts.modeldeployment import ModelDeployment
+from contracts.objects import child_name
 from contracts.pipeline import StoragePlanned
 from contracts.subjects import Key
 from services.storage.decide import plan
@@ -220,3 +221,20 @@ def test_renderers_refuse_what_their_provider_cannot_run() -> None:
 def test_offline_render_has_no_owner_references_without_a_uid() -> None:
     objects = render.render("vllm", inputs({}, uid=""))
     assert all("ownerReferences" not in o["metadata"] for o in objects)
+
+
+def test_dynamo_volume_mounts_carry_only_the_fields_dynamo_knows() -> None:
+    """Dynamo's VolumeMount is name, mountPoint, useAsCompilationCache: a read-only claim cannot say so there."""
+    shared = [{"name": "cache", "purpose": "modelCache", "claimName": "shared", "readOnly": True}]
+    worker = render.render("dynamo", inputs({"spec.model.storage.volumes": shared}))[0]["spec"]["services"]["VllmWorker"]
+    assert worker["volumeMounts"] == [{"name": "shared", "mountPoint": "/model-cache"}]
+
+
+def test_names_derived_from_the_longest_admitted_name_still_name_a_service() -> None:
+    longest, sibling = "m" * 63, "m" * 62 + "n"
+    objects = render.render("llmd", inputs({**DISAGG, "metadata.name": longest}))
+    names = [o["metadata"]["name"] for o in objects]
+    assert all(len(n) <= 63 and n[0].isalpha() and n[-1].isalnum() for n in names), names
+    assert names[0].endswith("-decode") and render.endpoint("llmd", inputs({**DISAGG, "metadata.name": longest}))["service"] == names[1]
+    assert child_name(longest, "-epp") != child_name(sibling, "-epp")  # cut to the same prefix, told apart by the hash
+    assert child_name("qwen", "-epp") == "qwen-epp"  # names that fit are left as they were

@@ -85,12 +85,13 @@ def _worker(
         sidecar_args = ["-m", "dynamo.frontend"] + ([] if sub else ["--router-mode", "direct"])
         worker["frontendSidecar"] = {"image": inputs.image(IMAGES[inputs.engine]), "args": sidecar_args}
     if inputs.storage is not None and inputs.storage.volumes:
+        # Dynamo's VolumeMount has name, mountPoint and useAsCompilationCache only: a readOnly there is a field its
+        # schema refuses under strict validation (and prunes otherwise), so the claim's readOnly cannot be passed on.
         worker["volumeMounts"] = [
             {
                 "name": v["persistentVolumeClaim"]["claimName"],
                 "mountPoint": m["mountPath"],
                 **({"useAsCompilationCache": True} if m["mountPath"] == "/compilation-cache" else {}),
-                **({"readOnly": True} if m.get("readOnly") else {}),
             }
             for v, m in zip(inputs.storage.volumes, inputs.storage.mounts, strict=True)
         ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from contracts.objects import child_name
 from services.workload.render.common import Inputs, RenderError, env, resources, storage_volumes, vllm_args
 from services.workload.render.vllm import PORT, deployment, probe, service
 
@@ -51,7 +52,7 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
         gpu = component.gpu if component and component.gpu else None
         if component is None or gpu is None or gpu.count <= 0:
             raise RenderError(f"llm-d disaggregated serving requires scaling.{role} with gpu.count > 0")
-        name = f"{inputs.name}-{role}"
+        name = child_name(inputs.name, f"-{role}")  # a Service name and a label value: 63 characters at most
         args = vllm_args(inputs, networking=False, prefix_off_flag=True)
         args = [a for i, a in enumerate(args) if not (a == "--tensor-parallel-size" or (i and args[i - 1] == "--tensor-parallel-size"))]
         if gpu.count > 1:
@@ -65,4 +66,4 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
 
 
 def endpoint(inputs: Inputs) -> dict[str, Any]:
-    return {"service": inputs.name if inputs.mode == "aggregated" else f"{inputs.name}-decode", "port": PORT}
+    return {"service": inputs.name if inputs.mode == "aggregated" else child_name(inputs.name, "-decode"), "port": PORT}
