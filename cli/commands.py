@@ -71,8 +71,22 @@ def render_recorded(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from cli import up
+    import os
 
+    from cli import up
+    from services.gateway.router import Limits
+
+    try:
+        limits = Limits.from_env(
+            os.environ.get,
+            header_timeout=args.router_header_timeout,
+            body_timeout=args.router_body_timeout,
+            idle_timeout=args.router_idle_timeout,
+            max_connections=args.router_max_connections,
+        )
+    except ValueError as exc:
+        print(f"jetway up: error: {exc}", file=sys.stderr)
+        return 2
     return up.run(
         up.Options(
             args.data_dir,
@@ -84,6 +98,7 @@ def _up(args: argparse.Namespace) -> int:
             args.demo,
             args.log_level,
             args.log_format,
+            router_limits=limits,
         )
     )
 
@@ -200,6 +215,30 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     p.add_argument("--nats-port", type=int, default=0, help="NATS port (default 0: a free one, written to jetway.json)")
     p.add_argument("--probe-interval", type=float, default=5.0, help="seconds between member probes (default 5)")
     p.add_argument("--allow-link-local", action="store_true", help="let members point at link-local and cloud metadata addresses")
+    p.add_argument(
+        "--router-header-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's headers must arrive within this (default $JETWAY_ROUTER_HEADER_TIMEOUT or 10); then 408 and close",
+    )
+    p.add_argument(
+        "--router-body-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's body must arrive within this after its headers (default $JETWAY_ROUTER_BODY_TIMEOUT or 60)",
+    )
+    p.add_argument(
+        "--router-idle-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a keep-alive connection with no request is closed after this (default $JETWAY_ROUTER_IDLE_TIMEOUT or 75)",
+    )
+    p.add_argument(
+        "--router-max-connections",
+        type=int,
+        metavar="N",
+        help="connections past this get a 503 and are closed (default $JETWAY_ROUTER_MAX_CONNECTIONS or 4096)",
+    )
     p.add_argument("--demo", action="store_true", help="apply an echo member and send a chat completion through the router")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", default="text", choices=("text", "json"))

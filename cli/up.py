@@ -56,6 +56,7 @@ class Options:
     demo: bool
     log_level: str
     log_format: str
+    router_limits: router.Limits | None = None  # None: the defaults
 
 
 def say(message: str) -> None:
@@ -163,7 +164,7 @@ async def up(options: Options) -> int:
             return 1 if failed else 0
         try:
             api_runner, api_port = await api.serve(api.build_app(watcher.service, token), HOST, options.api_port)
-            router_server, router_port = await router.serve(gateway.routes, HOST, options.router_port)
+            router_server, router_port = await router.serve(gateway.routes, HOST, options.router_port, limits=options.router_limits)
         except OSError as exc:
             say(f"error: cannot listen: {exc.strerror} (choose other ports with --api-port/--router-port, or 0 for free ones)")
             return 1

@@ -1,6 +1,7 @@
 """Entry point: `python -m services.gateway` (see runtime/entry.py for the common environment).
 
-Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR,
+Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_ROUTER_HEADER_TIMEOUT/BODY_TIMEOUT/IDLE_TIMEOUT/
+MAX_CONNECTIONS (router.Limits), JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR,
 JETWAY_ALLOW_LINK_LOCAL; in a cluster JETWAY_GATEWAY (namespace/name of the Gateway to use) and
 JETWAY_EPP_IMAGE. `jetway up` builds the same objects in one process.
 """
@@ -62,9 +63,14 @@ async def start(context: Context) -> list[Runner]:
         allow_link_local=context.env("JETWAY_ALLOW_LINK_LOCAL") == "true",
     )
 
+    try:
+        limits = router.Limits.from_env(lambda name: context.env(name) or None)
+    except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
+        raise SystemExit(f"gateway: {exc}") from None
+
     async def serve_router() -> Stop:
         server, _ = await router.serve(
-            gateway.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080"))
+            gateway.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080")), limits=limits
         )
 
         async def stop() -> None:

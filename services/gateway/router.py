@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from http import HTTPStatus
 from typing import Any
 
@@ -35,6 +36,8 @@ from services.gateway.upstream import BeforeResponse, Connection, Endpoint, Upst
 
 log = logging.getLogger("jetway.router")
 MAX_BODY = 16 * 1024 * 1024
+MAX_HEAD = 64 * 1024  # request line and headers (httptools keeps a header whole until it ends)
+LINGER = 2.0  # after a refusal, read and drop what the client still sends, so it gets the answer, not a reset
 RESPONSE_TIMEOUT = 600.0  # a long generation may think for minutes before its first token
 HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"proxy-connection", b"te", b"trailer", b"upgrade"}
 FORWARDED_REQUEST_HEADERS = {b"accept", b"user-agent", b"x-request-id", b"openai-organization"}
@@ -45,6 +48,86 @@ _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 def openai_error(status: int, message: str, kind: str, code: str, param: str | None = None) -> tuple[int, bytes]:
     return status, _encode({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a client may take over each part of a request, and how many may be connected.
+
+    Flags of `jetway up` (`--router-header-timeout` ...) or JETWAY_ROUTER_* in the environment;
+    docs/router.md has the table."""
+
+    header_timeout: float = 10.0  # a connection's first request, or a request's first byte, to the end of its headers
+    body_timeout: float = 60.0  # the end of the headers to the end of the body (16 MiB at ~2 Mbit/s)
+    idle_timeout: float = 75.0  # a keep-alive connection with no request in progress
+    max_connections: int = 4096  # past it a new connection gets a 503 and is closed
+
+    ENV = {
+        "header_timeout": "JETWAY_ROUTER_HEADER_TIMEOUT",
+        "body_timeout": "JETWAY_ROUTER_BODY_TIMEOUT",
+        "idle_timeout": "JETWAY_ROUTER_IDLE_TIMEOUT",
+        "max_connections": "JETWAY_ROUTER_MAX_CONNECTIONS",
+    }
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout", "body_timeout", "idle_timeout", "max_connections"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"router {name.replace('_', ' ')} must be a positive number (got {value!r})")
+
+    @classmethod
+    def from_env(cls, env: Callable[[str], str | None], **given: float | int | None) -> Limits:
+        """From JETWAY_ROUTER_* (`env` is os.environ.get or alike); values in `given` that are
+        not None (command-line flags) win. ValueError names the variable at fault."""
+        values: dict[str, float | int] = {}
+        for f in fields(cls):
+            variable = cls.ENV[f.name]
+            chosen = given.get(f.name)
+            if chosen is not None:
+                values[f.name] = chosen
+                continue
+            text = env(variable)
+            if text is None or text == "":
+                continue
+            try:
+                number: float | int = int(text) if f.name == "max_connections" else float(text)
+            except ValueError:
+                raise ValueError(f"{variable} must be a {'whole ' if f.name == 'max_connections' else ''}number (got {text!r})") from None
+            if not (math.isfinite(number) and number > 0):
+                raise ValueError(f"{variable} must be positive (got {text!r})")
+            values[f.name] = number
+        return cls(**values)  # type: ignore[arg-type]
+
+
+class Listener:
+    """The connections of one server, their limit, and one sweep a tick that closes those past
+    their deadline. Connections keep a deadline (a float) rather than a timer each: arming and
+    cancelling timers per request would cost the hot path; the sweep costs one pass a tick."""
+
+    def __init__(self, routes: Routes, limits: Limits) -> None:
+        self.routes = routes
+        self.limits = limits
+        self.connections: set[HttpConnection] = set()
+        self.loop = asyncio.get_running_loop()
+        self.now = self.loop.time()  # the coarse clock deadlines are set by, moved by each sweep
+        self.tick = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4, limits.idle_timeout / 4)
+        self.server: asyncio.Server | None = None
+        self.handle = self.loop.call_later(self.tick, self._sweep)
+
+    def _sweep(self) -> None:
+        self.now = now = self.loop.time()
+        for connection in [c for c in self.connections if c.deadline <= now and not c.busy]:
+            connection.timed_out()
+        if self.server is not None and not self.server.is_serving() and not self.connections:
+            return  # closed and empty: no more ticks
+        self.handle = self.loop.call_later(self.tick, self._sweep)
+
+
+IDLE, HEADERS, BODY, LINGERING = 0, 1, 2, 3
+
+
+class _Refuse(Exception):
+    """Raised in a parser callback to stop parsing; the connection's `refusal` says the answer."""
 
 
 @dataclass
@@ -69,20 +152,29 @@ class Routes:
 
 
 class HttpConnection(asyncio.Protocol):
-    """One client connection: parse requests, run them one at a time, write responses."""
+    """One client connection: parse requests, run them one at a time, write responses.
 
-    def __init__(self, routes: Routes) -> None:
-        self.routes = routes
+    Pipelined requests are answered in order; a request that cannot be read (malformed, too
+    large, too slow) is answered after those before it, and then the connection closes."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.routes = listener.routes
+        self.limits = listener.limits
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.queue: deque[Request] = deque()
         self.busy = False
         self.closed = False
+        self.phase = IDLE
+        self.deadline = listener.now + listener.limits.header_timeout  # a new connection owes its first request's headers
+        self.head_bytes = 0
+        self.refusal: tuple[int, str] | None = None  # set once a request cannot be read: answered after the queue
+        self._retry = False
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._size = 0
-        self._too_large = False
         # response state
         self.chunked = False
         self.keep_alive = True
@@ -95,17 +187,30 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        connections = self.listener.connections
+        connections.add(self)
+        if len(connections) > self.limits.max_connections:
+            self._refuse(503, f"the router has {self.limits.max_connections} connections open, its limit; try again shortly", retry=True)
 
     def data_received(self, data: bytes) -> None:
+        if self.refusal is not None:
+            return  # past a request that could not be read: nothing more is parsed
+        before = self.phase
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reject(400, "protocol upgrades are not supported")
+            self._refuse(400, "protocol upgrades are not supported")
         except httptools.HttpParserError:
-            self._reject(400, "malformed HTTP request")
+            self._refuse(*(self.refusal or (400, "malformed HTTP request")))
+        else:
+            if self.phase == HEADERS and before == HEADERS:  # headers still open after a whole read: bound them
+                self.head_bytes += len(data)
+                if self.head_bytes > MAX_HEAD:
+                    self._refuse(431, f"request headers larger than {MAX_HEAD // 1024} KiB")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.listener.connections.discard(self)
         self.writable.set()
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()  # the client left: stop the generation it asked for
@@ -121,7 +226,9 @@ class HttpConnection(asyncio.Protocol):
     # --- httptools callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._url, self._headers, self._body, self._size, self._too_large = b"", {}, [], 0, False
+        self._url, self._headers, self._body, self._size = b"", {}, [], 0
+        self.phase, self.head_bytes = HEADERS, 0
+        self.deadline = min(self.deadline, self.listener.now + self.limits.header_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -130,23 +237,22 @@ class HttpConnection(asyncio.Protocol):
         self._headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
+        self.phase = BODY
+        self.deadline = self.listener.now + self.limits.body_timeout
         length = self._headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY:
-            self._too_large = True
-        elif self._headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None:
+            self._stop(413, f"request body larger than {MAX_BODY // (1024 * 1024)} MiB")  # at once: no 100 Continue, no upload
+        if self._headers.get(b"expect", b"").lower() == b"100-continue" and self.transport is not None and not self.busy:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
         if self._size > MAX_BODY:
-            self._too_large = True
-        elif not self._too_large:
-            self._body.append(body)
+            self._stop(413, f"request body larger than {MAX_BODY // (1024 * 1024)} MiB")
+        self._body.append(body)
 
     def on_message_complete(self) -> None:
-        if self._too_large:
-            self._reject(413, f"request body larger than {MAX_BODY // (1024 * 1024)} MiB")
-            return
+        self.phase = IDLE
         path = self._url.split(b"?", 1)[0].decode("latin-1")
         request = Request(self.parser.get_method().decode(), path, self._headers, b"".join(self._body), self.parser.should_keep_alive())
         self.queue.append(request)
@@ -174,13 +280,62 @@ class HttpConnection(asyncio.Protocol):
                 self.close()
                 return
         self.busy = False
-        if self.transport is not None and not self.closed:
+        if self.closed:
+            return
+        if self.refusal is not None:  # the requests before the unreadable one are answered: now it
+            self._answer_refusal()
+            return
+        limits = self.limits
+        self.deadline = self.listener.now + (
+            limits.idle_timeout if self.phase == IDLE else limits.header_timeout if self.phase == HEADERS else limits.body_timeout
+        )
+        if self.transport is not None:
             self.transport.resume_reading()
 
-    def _reject(self, status: int, message: str) -> None:
+    # --- refusing --------------------------------------------------------------------------
+
+    def _stop(self, status: int, message: str) -> None:
+        """From a parser callback: refuse, and stop the parser here (it raises HttpParserError)."""
+        self.refusal = (status, message)
+        raise _Refuse(message)
+
+    def _refuse(self, status: int, message: str, *, retry: bool = False) -> None:
+        """The connection cannot go on: answer `status` after the requests already queued, then close."""
+        self.refusal = (status, message)
+        self._retry = retry
+        if self.transport is not None:
+            self.transport.pause_reading()
+        if not self.busy:
+            self._answer_refusal()
+
+    def _answer_refusal(self) -> None:
+        assert self.refusal is not None
+        status, message = self.refusal
         self.keep_alive = False
-        self.respond(*openai_error(status, message, "invalid_request_error", "bad_request"))
-        self.close()
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        code = "too_many_connections" if status == 503 else "bad_request"
+        extra = [(b"retry-after", b"1")] if self._retry else None
+        self.respond(*openai_error(status, message, kind, code), extra=extra)
+        if self.transport is None or self.closed or not self.transport.can_write_eof():
+            self.close()
+            return
+        # Half-close and drop what still comes for a moment: closing with unread input would
+        # reset the connection, and the client could lose the answer.
+        self.transport.write_eof()
+        self.phase = LINGERING
+        self.deadline = self.listener.now + LINGER
+        self.transport.resume_reading()
+
+    def timed_out(self) -> None:
+        """Called by the listener's sweep once the deadline of the current phase has passed."""
+        if self.phase == IDLE:
+            self.close()  # between requests: nothing to answer
+        elif self.phase == HEADERS:
+            self._refuse(408, f"request headers not received within {self.limits.header_timeout:g} s")
+        elif self.phase == BODY:
+            self._refuse(408, f"request body not received within {self.limits.body_timeout:g} s")
+        else:
+            self.close()
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -427,8 +582,10 @@ async def forward(
         client.upstream = None
 
 
-async def serve(routes: Routes, host: str, port: int) -> tuple[asyncio.Server, int]:
+async def serve(routes: Routes, host: str, port: int, *, limits: Limits | None = None) -> tuple[asyncio.Server, int]:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: HttpConnection(routes), host, port, reuse_address=True, backlog=1024)
+    listener = Listener(routes, limits or Limits())
+    server = await loop.create_server(lambda: HttpConnection(listener), host, port, reuse_address=True, backlog=1024)
+    listener.server = server
     bound = server.sockets[0].getsockname()[1]
     return server, int(bound)

@@ -8,11 +8,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httptools
 import pytest
 
+from services.gateway import router
 from services.gateway.probe import MAX_MODELS_BODY
 from services.gateway.upstream import MAX_HEAD
 from tests.support.nats import NatsEndpoint
@@ -157,3 +160,191 @@ async def test_response_headers_that_never_end_fail_the_probe_at_the_bound(stack
         assert condition["message"] == f"response headers larger than {MAX_HEAD // 1024} KiB", condition
     finally:
         server.close()
+
+
+# --- the HTTP server's own limits: raw sockets, one router per test with short timeouts -------
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class _Responses:
+    """httptools splitting what the router wrote into responses (real parser, as clients use)."""
+
+    def __init__(self) -> None:
+        self.done: list[Answer] = []
+        self.parser = httptools.HttpResponseParser(self)
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+
+    def on_message_begin(self) -> None:
+        self._headers, self._body = {}, []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode().lower()] = value.decode()
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done.append(Answer(self.parser.get_status_code(), self._headers, b"".join(self._body)))
+
+
+async def exchange(port: int, data: bytes | list[bytes], *, timeout: float = 15.0) -> tuple[list[Answer], bool]:
+    """Send `data`, read until the router closes the connection (bounded by `timeout`): the
+    responses, and whether the router closed it (False: still open when the wait ran out)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    responses = _Responses()
+    closed = False
+    try:
+        for piece in [data] if isinstance(data, bytes) else data:
+            writer.write(piece)
+            await writer.drain()
+        async with asyncio.timeout(timeout):
+            while chunk := await reader.read(65536):
+                responses.parser.feed_data(chunk)
+            closed = True
+    except TimeoutError:
+        pass
+    except ConnectionResetError:
+        closed = True
+    finally:
+        writer.close()
+    return responses.done, closed
+
+
+def chat_request(content: str, *, close: bool = False) -> bytes:
+    body = json.dumps({"model": "echo", "messages": [{"role": "user", "content": content}]}).encode()
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode() + body
+
+
+def router_port(stack: Stack) -> int:
+    return int(stack.router_url.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+@pytest.fixture
+async def limited(stack: Stack) -> AsyncIterator[tuple[Stack, int]]:
+    """A second router on the same routes, with timeouts short enough to see."""
+    limits = router.Limits(header_timeout=0.5, body_timeout=1.0, idle_timeout=1.0, max_connections=8)
+    server, port = await router.serve(stack.gateway.routes, "127.0.0.1", 0, limits=limits)
+    try:
+        yield stack, port
+    finally:
+        server.close()
+
+
+def error_of(answer: Answer) -> dict[str, Any]:
+    return dict(json.loads(answer.body)["error"])
+
+
+async def test_pipelined_requests_then_garbage_are_each_answered_in_order_then_a_400_and_a_close(stack: Stack) -> None:
+    await echo_ready(stack)
+    garbage = b"\x16\x03\x01 this is not HTTP\r\n\r\n"
+    answers, closed = await exchange(router_port(stack), b"".join(chat_request(f"r{i}") for i in range(5)) + garbage)
+    assert [a.status for a in answers] == [200, 200, 200, 200, 200, 400] and closed
+    assert [json.loads(a.body)["choices"][0]["message"]["content"] for a in answers[:5]] == ["r0", "r1", "r2", "r3", "r4"]
+    assert answers[5].headers["connection"] == "close" and error_of(answers[5])["message"] == "malformed HTTP request"
+    # a request that asks to close ends the connection: what follows it is not read
+    answers, closed = await exchange(router_port(stack), chat_request("a") + chat_request("b", close=True) + chat_request("c") + garbage)
+    assert [a.status for a in answers] == [200, 200] and closed
+
+
+async def test_headers_that_never_finish_get_a_408_and_a_close(limited: tuple[Stack, int]) -> None:
+    _, port = limited
+    partial = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+    results = await asyncio.gather(*(exchange(port, partial) for _ in range(6)))
+    for answers, closed in results:
+        assert closed and [a.status for a in answers] == [408]
+        assert error_of(answers[0])["message"] == "request headers not received within 0.5 s"
+    # a connection that sends nothing at all is closed without a word
+    assert await exchange(port, b"") == ([], True)
+
+
+async def test_a_body_trickled_slower_than_the_body_timeout_gets_a_408_and_a_close(limited: tuple[Stack, int]) -> None:
+    _, port = limited
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+    responses = _Responses()
+    async with asyncio.timeout(15):
+        while True:  # the adversary: 2 bytes at a time, paced (this pacing is the input, not a wait on the router)
+            try:
+                writer.write(b"{ ")
+                await writer.drain()
+            except ConnectionError:
+                break
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), 0.1)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            responses.parser.feed_data(chunk)
+    writer.close()
+    assert [a.status for a in responses.done] == [408]
+    assert error_of(responses.done[0])["message"] == "request body not received within 1 s"
+
+
+async def test_an_idle_keep_alive_connection_is_closed(limited: tuple[Stack, int]) -> None:
+    stack, port = limited
+    await echo_ready(stack)
+    answers, closed = await exchange(port, chat_request("hi"))
+    assert [a.status for a in answers] == [200] and closed, "closed after the idle timeout, silently"
+
+
+async def test_expect_100_continue_with_an_oversized_length_gets_413_at_once(stack: Stack) -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: 999999999\r\n"
+    answers, closed = await exchange(router_port(stack), head + b"Expect: 100-continue\r\n\r\n")
+    assert [a.status for a in answers] == [413] and closed, "no 100 Continue, a 413 and a close"
+    assert error_of(answers[0])["message"] == "request body larger than 16 MiB"
+    # without Expect, and the client already sending: refused as soon as the headers say so
+    answers, closed = await exchange(router_port(stack), head + b"\r\n" + b"x" * 65536)
+    assert [a.status for a in answers] == [413] and closed
+
+
+async def test_oversized_request_headers_get_a_431_and_a_close(limited: tuple[Stack, int]) -> None:
+    _, port = limited
+    pieces = [b"GET /healthz HTTP/1.1\r\nHost: r\r\nx-filler: "] + [b"a" * 16384] * 16
+    answers, closed = await exchange(port, pieces)
+    assert [a.status for a in answers] == [431] and closed
+    assert error_of(answers[0])["message"] == f"request headers larger than {router.MAX_HEAD // 1024} KiB"
+
+
+async def test_connections_past_the_limit_get_a_503_and_the_rest_are_served(limited: tuple[Stack, int]) -> None:
+    stack, port = limited
+    await echo_ready(stack)
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(8)]
+    try:
+        for reader, writer in held:  # each connection is in (a request answered on each)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n")
+            assert (await asyncio.wait_for(reader.readuntil(b'{"ok":true}'), 10)).startswith(b"HTTP/1.1 200")
+        answers, closed = await exchange(port, chat_request("one too many"))
+        assert [a.status for a in answers] == [503] and closed
+        assert error_of(answers[0])["message"] == "the router has 8 connections open, its limit; try again shortly"
+        assert answers[0].headers["retry-after"] == "1"
+    finally:
+        for _, writer in held:
+            writer.close()
+
+    async def served_again() -> bool:
+        answers, _ = await exchange(port, chat_request("back", close=True))
+        return [a.status for a in answers] == [200]
+
+    await eventually(served_again, message="a connection is served once others have closed")
+
+
+def test_limits_come_from_the_environment_and_bad_values_say_which() -> None:
+    env = {"JETWAY_ROUTER_HEADER_TIMEOUT": "2.5", "JETWAY_ROUTER_MAX_CONNECTIONS": "100"}
+    assert router.Limits.from_env(env.get) == router.Limits(header_timeout=2.5, max_connections=100)
+    assert router.Limits.from_env({}.get) == router.Limits()
+    for name, value in (
+        ("JETWAY_ROUTER_BODY_TIMEOUT", "soon"),
+        ("JETWAY_ROUTER_IDLE_TIMEOUT", "0"),
+        ("JETWAY_ROUTER_MAX_CONNECTIONS", "1.5"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            router.Limits.from_env({name: value}.get)
