@@ -9,13 +9,16 @@ test suite's API emulator.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as kclient
 from kubernetes_asyncio import config as kconfig
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -24,6 +27,14 @@ log = logging.getLogger("jetway.kube")
 JSON = "application/json"
 MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"
+# metadata only (what client-go's metadata informers ask for): the server sends each object's metadata and no
+# more; a list must ask for the List form and a watch for the object form (a real server answers a watch that
+# asks for the List form with an empty stream)
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+# one watch event is one object on one line; etcd holds at most ~1.5 MiB an object, so a line past this is no
+# event a sane server sends, and the buffer must not grow without end
+MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
 class KubeError(Exception):
@@ -40,6 +51,35 @@ class NotFound(KubeError):
 
 class Gone(KubeError):
     """A watch's resourceVersion is too old: list again."""
+
+
+class EventTooLarge(KubeError):
+    """A watch event longer than MAX_EVENT_BYTES: the stream is cut (a list reads it whole)."""
+
+
+async def _lines(content: aiohttp.StreamReader, what: str, limit: int) -> AsyncGenerator[bytes, None]:
+    """The stream's lines as they come, each up to `limit` bytes. A watch event is a whole object on one
+    line; aiohttp's readline bounds a line by its read buffer (twice it: 4 MiB with kubernetes_asyncio's
+    2 MiB, 128 KiB with aiohttp's default) and raises LineTooLong, an error no caller expects."""
+
+    def too_large() -> EventTooLarge:
+        return EventTooLarge(0, "EventTooLarge", f"a watch event of {what} over {limit} bytes: the stream was cut (a list reads it)")
+
+    buffer = bytearray()
+    async for chunk in content.iter_any():
+        searched = len(buffer)  # what is buffered has no newline: look only in what came
+        buffer += chunk
+        start = 0
+        while (end := buffer.find(b"\n", searched)) >= 0:
+            if end - start > limit:
+                raise too_large()
+            yield bytes(buffer[start:end])
+            start = searched = end + 1
+        del buffer[:start]
+        if len(buffer) > limit:
+            raise too_large()
+    if buffer:
+        yield bytes(buffer)
 
 
 @dataclass(frozen=True)
@@ -101,6 +141,7 @@ class Kube:
     def __init__(self, api: kclient.ApiClient) -> None:
         self.api = api
         self.discovery = Discovery()
+        self.requests: Counter[str] = Counter()  # "list <Kind>", "watch <Kind>": how often this client asked
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -130,6 +171,7 @@ class Kube:
         query: list[tuple[str, Any]] | None = None,
         body: Any = None,
         content_type: str = JSON,
+        accept: str = JSON,
         timeout: float | None = 30.0,
     ) -> Any:
         try:
@@ -137,7 +179,7 @@ class Kube:
                 path,
                 method,
                 query_params=query or [],
-                header_params={"Content-Type": content_type, "Accept": JSON},
+                header_params={"Content-Type": content_type, "Accept": accept},
                 body=body,
                 response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"],
@@ -211,12 +253,24 @@ class Kube:
             return None
 
     async def list(
-        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        *,
+        metadata_only: bool = False,
     ) -> tuple[list[Any], str]:
+        """The objects and the list's resourceVersion; with `metadata_only`, PartialObjectMetadata items
+        (kind and apiVersion those of meta.k8s.io, `metadata` the object's)."""
         resource = await self.served(api_version, kind)
         query = [("labelSelector", label_selector)] if label_selector else []
-        listing = await self.request("GET", resource.path(namespace if resource.namespaced else None), query=query)
-        return list(listing.get("items", [])), str(listing.get("metadata", {}).get("resourceVersion", ""))
+        self.requests[f"list {kind}"] += 1
+        listing = await self.request(
+            "GET", resource.path(namespace if resource.namespaced else None), query=query, accept=METADATA_LIST if metadata_only else JSON
+        )
+        # `or`: an empty PartialObjectMetadataList has "items": null on a real server
+        return list(listing.get("items") or []), str(listing.get("metadata", {}).get("resourceVersion", ""))
 
     async def apply(self, obj: dict[str, Any], *, manager: str, subresource: str | None = None, force: bool = True) -> dict[str, Any]:
         """Server-side apply: the fields in `obj` are this manager's; the API server merges and tracks ownership."""
@@ -254,9 +308,13 @@ class Kube:
         namespace: str | None = None,
         label_selector: str | None = None,
         timeout: int = 300,
+        metadata_only: bool = False,
+        max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """(type, object) pairs from `resource_version` on; raises Gone when that version is too old."""
+        """(type, object) pairs from `resource_version` on; raises Gone when that version is too old. With
+        `metadata_only` each object is a PartialObjectMetadata (bookmarks too; an ERROR's Status is as ever)."""
         resource = await self.served(api_version, kind)
+        self.requests[f"watch {kind}"] += 1
         query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout)]
         if resource_version:
             query.append(("resourceVersion", resource_version))
@@ -267,7 +325,7 @@ class Kube:
                 resource.path(namespace if resource.namespaced else None),
                 "GET",
                 query_params=query,
-                header_params={"Accept": JSON},
+                header_params={"Accept": METADATA if metadata_only else JSON},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 _request_timeout=timeout + 30,
@@ -279,18 +337,16 @@ class Kube:
                 raise Gone(410, "Expired", "too old resource version")
             if response.status >= 400:
                 raise KubeError(response.status, "WatchFailed", (await response.read()).decode(errors="replace")[:200])
-            while True:
-                line = await response.content.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object", {})
-                    if status.get("code") == 410:
-                        raise Gone(410, status.get("reason", "Expired"), status.get("message", "too old resource version"))
-                    raise KubeError(int(status.get("code", 500)), status.get("reason", "WatchError"), status.get("message", ""))
-                yield event["type"], event["object"]
+            async with contextlib.aclosing(_lines(response.content, kind, max_event_bytes)) as lines:
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object", {})
+                        if status.get("code") == 410:
+                            raise Gone(410, status.get("reason", "Expired"), status.get("message", "too old resource version"))
+                        raise KubeError(int(status.get("code", 500)), status.get("reason", "WatchError"), status.get("message", ""))
+                    yield event["type"], event["object"]
         finally:
             response.release()

@@ -2,9 +2,13 @@
 
 One follow loop per kind: list, record what is new, then watch from the list's
 resourceVersion; a dropped watch resumes from the last version seen (bookmarks keep it fresh),
-`410 Gone` lists again and records what the gap hid (deletions included). Discovery is
-refreshed when a CRD comes or goes, and follow loops start or stop with the kinds served.
-What to record is decided in `ingest` and what to write back in `status`, both pure.
+`410 Gone` lists again and records what the gap hid (deletions included); a handler cut off from
+the API or NATS resumes as a dropped watch does, from before the event, which comes again. A
+follow that fails otherwise (a handler's bug) is logged and starts again from a list after a
+backoff (`Restarts`), never lost. Discovery is refreshed when a CRD comes or goes (CRDs are
+followed metadata-only: an event is all the watcher needs of one), and follow loops start or
+stop with the kinds served. What to record is decided in `ingest` and what to write back in
+`status`, both pure.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +39,7 @@ from contracts.conditions import same_decision
 from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
 from contracts.kinds import KINDS
 from contracts.subjects import SPEC, Key
-from runtime.kube import Gone, Kube, KubeError, NotFound
+from runtime.kube import EventTooLarge, Gone, Kube, KubeError, NotFound
 from runtime.resources import condition_dict
 from services.watcher import ingest, status
 
@@ -62,6 +68,27 @@ CRDS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 FINALIZED_KINDS = ("ModelDeployment",)
 
 
+@dataclass(frozen=True)
+class Restarts:
+    """When a follow that failed starts again: `base` after its first failure, doubling with each failure in
+    a row up to `cap`; a follow that got through its list before failing counts from the first again."""
+
+    base: float
+    cap: float
+    failures: int = 0  # in a row, without a list got through
+
+    def failed(self, *, progressed: bool) -> Restarts:
+        return replace(self, failures=1 if progressed else self.failures + 1)
+
+    @property
+    def delay(self) -> float:
+        return min(self.cap, self.base * 2 ** max(0, self.failures - 1))
+
+
+class HandlerFailed(Exception):
+    """A follow's handler raised: what it was handling may be half done, so the follow starts again from a list."""
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -74,6 +101,21 @@ def _when(stamp: str | None) -> datetime | None:
     return None
 
 
+TRANSIENT = (TimeoutError, aiohttp.ClientError, OSError)  # the API or NATS out of reach for a moment
+
+
+async def _handling(handled: Awaitable[None]) -> None:
+    """A handler that could not reach the API or NATS fails as a dropped watch does: the follow resumes from
+    before what it was handling, which comes again. Any other failure is a bug that may come again: the
+    follow starts over from a list, after a backoff."""
+    try:
+        await handled
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        raise HandlerFailed(f"{type(exc).__name__}: {exc}") from exc
+
+
 class ClusterSync:
     def __init__(
         self,
@@ -83,17 +125,21 @@ class ClusterSync:
         namespace: str | None = None,
         rediscover_interval: float = 60.0,
         retry_delay: float = 1.0,
+        restart_cap: float = 60.0,
     ) -> None:
         self.kube = kube
         self.service = service
         self.namespace = namespace  # None: every namespace
         self.rediscover_interval = rediscover_interval
         self.retry_delay = retry_delay
+        self.restart_cap = restart_cap
         self.live: dict[Key, dict[str, Any]] = {}  # the last object the cluster showed for each of Jetway's resources
         self.written: dict[Key, dict[str, dict[str, Any]]] = {}  # key → owner → the status it holds there
         self.refused: set[Key] = set()  # new objects refused at ingest: the watcher wrote their status itself
         self.follows: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.synced: dict[tuple[str, str], asyncio.Event] = {}
+        self.listed: Counter[tuple[str, str]] = Counter()  # lists each follow got through (handlers and all)
+        self.restarts: Counter[tuple[str, str]] = Counter()  # follows started again after a failure
         self.ready = asyncio.Event()  # desired kinds listed and discovery recorded
 
     # --- running -------------------------------------------------------------------------
@@ -106,7 +152,9 @@ class ClusterSync:
                 await self.synced[kind].wait()
         await self._record_discovery()  # after the first lists: whoever waits on discovery sees what exists
         self.ready.set()
-        crds = asyncio.create_task(self._follow(*CRDS, self._crd_changed, self._crd_listed, label_selector=None), name="watch-crds")
+        crds = asyncio.create_task(
+            self.follow(*CRDS, self._crd_changed, self._crd_listed, label_selector=None, metadata_only=True), name="watch-crds"
+        )
         try:
             while True:
                 await asyncio.sleep(self.rediscover_interval)
@@ -139,7 +187,7 @@ class ClusterSync:
             if served and not running:
                 self.synced.setdefault(kind, asyncio.Event())
                 self.follows[kind] = asyncio.create_task(
-                    self._follow(*kind, on_change, on_list, label_selector=selector), name=f"watch-{kind[1]}"
+                    self.follow(*kind, on_change, on_list, label_selector=selector), name=f"watch-{kind[1]}"
                 )
             elif not served and running:
                 self.follows.pop(kind).cancel()
@@ -156,7 +204,7 @@ class ClusterSync:
         if last is None or last.resources != served:
             await self.service.record(DISCOVERY, ApisDiscovered(resources=served), SELF)
 
-    async def _follow(
+    async def follow(
         self,
         api_version: str,
         kind: str,
@@ -164,6 +212,43 @@ class ClusterSync:
         on_list: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
         *,
         label_selector: str | None,
+        metadata_only: bool = False,
+    ) -> None:
+        """Follow a kind until it is no longer served: list and watch; when that fails in a way `_list_and_watch`
+        does not handle, log it and start again from a list after a backoff."""
+        which = (api_version, kind)
+        restarts = Restarts(self.retry_delay, self.restart_cap)
+        while True:
+            listed = self.listed[which]
+            try:
+                await self._list_and_watch(
+                    api_version, kind, on_change, on_list, label_selector=label_selector, metadata_only=metadata_only
+                )
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                restarts = restarts.failed(progressed=self.listed[which] != listed)
+                self.restarts[which] += 1
+                log.error(
+                    "following %s failed (%s): starting it again from a list in %.1fs (%d failure(s) in a row)",
+                    kind,
+                    exc,
+                    restarts.delay,
+                    restarts.failures,
+                    exc_info=exc,
+                )
+                await asyncio.sleep(restarts.delay)
+
+    async def _list_and_watch(
+        self,
+        api_version: str,
+        kind: str,
+        on_change: Callable[[str, dict[str, Any]], Awaitable[None]],
+        on_list: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
+        *,
+        label_selector: str | None,
+        metadata_only: bool,
     ) -> None:
         """List, then watch from there; resume after a drop, relist after 410, stop when the kind is no longer served."""
         version = ""
@@ -171,17 +256,23 @@ class ClusterSync:
         while True:
             try:
                 if not version:
-                    items, version = await self.kube.list(api_version, kind, namespace, label_selector=label_selector)
+                    items, listed_at = await self.kube.list(
+                        api_version, kind, namespace, label_selector=label_selector, metadata_only=metadata_only
+                    )
                     for item in items:
                         item.setdefault("apiVersion", api_version)
                         item.setdefault("kind", kind)
-                    await on_list(kind, items)
+                    await _handling(on_list(kind, items))
+                    version = listed_at  # only once handled: a list that broke off is listed again
+                    self.listed[(api_version, kind)] += 1
                     if (api_version, kind) in self.synced:
                         self.synced[(api_version, kind)].set()
-                async for change, obj in self.kube.watch(api_version, kind, version, namespace=namespace, label_selector=label_selector):
-                    version = obj.get("metadata", {}).get("resourceVersion") or version
+                async for change, obj in self.kube.watch(
+                    api_version, kind, version, namespace=namespace, label_selector=label_selector, metadata_only=metadata_only
+                ):
                     if change != "BOOKMARK":
-                        await on_change(change, obj)
+                        await _handling(on_change(change, obj))
+                    version = obj.get("metadata", {}).get("resourceVersion") or version  # after: a broken-off one comes again
             except asyncio.CancelledError:
                 raise
             except Gone:
@@ -190,6 +281,9 @@ class ClusterSync:
             except NotFound:
                 log.info("%s is no longer served: stopped following it", kind)
                 return
+            except EventTooLarge as exc:
+                log.error("watch of %s: %s; listing again", kind, exc.message)
+                version = ""
             except (TimeoutError, KubeError, aiohttp.ClientError, OSError, ValueError) as exc:
                 log.warning("watch of %s dropped (%s): resuming from %s", kind, exc, version or "a new list")
                 await asyncio.sleep(self.retry_delay)

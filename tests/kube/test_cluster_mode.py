@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from contracts.cluster import CLEANUP_FINALIZER
+from contracts.subjects import Key
 from runtime.kube import NotFound
 from tests.support.cluster import Cluster, foreign_crd
 from tests.support.controller import Controller, running_controller
@@ -25,6 +26,7 @@ from tests.support.kubecases import (
     phases_of,
 )
 from tests.support.nats import NatsEndpoint
+from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import eventually
 
 
@@ -139,37 +141,57 @@ async def test_a_foreign_object_with_the_same_name_is_a_resource_conflict(contro
     assert after["spec"] == before["spec"] and not after["metadata"].get("ownerReferences")  # left alone
 
 
-async def test_a_dropped_watch_and_an_expired_one_lose_no_change(controller: Controller, cluster: Cluster) -> None:
-    emulator = cluster.need_emulator()
-    await cluster.kube.create(deployment_manifest(cluster, "one"))
-    await cluster.kube.create(deployment_manifest(cluster, "two"))
-    await eventually(lambda: phase_is(cluster, "Deploying", "two"), timeout=TIMEOUT, message="two Deploying")
-    await eventually(lambda: phase_is(cluster, "Deploying", "one"), timeout=TIMEOUT, message="one Deploying")
+TOUCHED = "jetway.test/touched"
 
-    # dropped: changes made while no watch is open arrive when it resumes from its last version
-    lists = emulator.requests["list ModelDeployment"]
-    emulator.hold_watches()
-    await cluster.kube.create(deployment_manifest(cluster, "three"))
-    await cluster.kube.delete("v1", "Service", "two", cluster.namespace)  # a hand-deleted object of Jetway's
-    emulator.release_watches()
-    await eventually(lambda: get_obj(cluster, "apps/v1", "Deployment", "three"), timeout=TIMEOUT, message="three created")
-    await eventually(lambda: get_obj(cluster, "v1", "Service", "two"), timeout=TIMEOUT, message="two's Service back")
-    assert emulator.requests["list ModelDeployment"] == lists  # resumed, not listed again
 
-    # expired: the history is gone (410), so the watcher lists again and catches up, deletions included
-    emulator.hold_watches()
-    await cluster.kube.delete(MDV, "ModelDeployment", "one", cluster.namespace)
-    md = await cluster.kube.get(MDV, "ModelDeployment", "three", cluster.namespace)
-    await cluster.kube.patch(md, {"spec": {"scaling": {"replicas": 2}}})
-    emulator.compact()
-    emulator.release_watches()
+async def test_a_dropped_watch_and_an_expired_one_lose_no_change(nats: NatsEndpoint, cluster: Cluster) -> None:
+    # the watcher reaches the API through a proxy that cuts it off (a network partition), the other services directly
+    async with (
+        TcpProxy(cluster.kube.api.configuration.host) as proxy,
+        running_controller(nats.url, cluster, hosts={"watcher": proxy.url}) as controller,
+    ):
+        watcher = controller.kubes["watcher"]
+        await cluster.kube.create(deployment_manifest(cluster, "one"))
+        await cluster.kube.create(deployment_manifest(cluster, "two"))
+        await eventually(lambda: phase_is(cluster, "Deploying", "two"), timeout=TIMEOUT, message="two Deploying")
+        await eventually(lambda: phase_is(cluster, "Deploying", "one"), timeout=TIMEOUT, message="one Deploying")
 
-    async def caught_up() -> bool:
-        three = await get_obj(cluster, "apps/v1", "Deployment", "three")
-        return await get_md(cluster, "one") is None and three is not None and three["spec"]["replicas"] == 2
+        # a real server compacts its history every 5 s (and, its watch cache off, sends no bookmarks): the watcher's
+        # version must be a recent one for the resume below to find it, so it is moved on just before the cut
+        await cluster.kube.patch(await get_md(cluster, "two") or {}, {"metadata": {"annotations": {TOUCHED: "1"}}})
+        key = Key("ModelDeployment", cluster.namespace, "two")
+        seen = controller.sync.live
 
-    await eventually(caught_up, timeout=TIMEOUT, message="the changes behind the 410 applied")
-    assert emulator.requests["list ModelDeployment"] > lists
+        def touched() -> bool:
+            return TOUCHED in (seen.get(key, {}).get("metadata", {}).get("annotations") or {})
+
+        await eventually(touched, timeout=TIMEOUT, message="the watcher saw the touch")
+
+        # dropped: changes made while the watcher is cut off arrive when it resumes from its last version
+        lists = watcher.requests["list ModelDeployment"]
+        proxy.hold()
+        await cluster.kube.create(deployment_manifest(cluster, "three"))
+        await cluster.kube.delete("v1", "Service", "two", cluster.namespace)  # a hand-deleted object of Jetway's
+        proxy.release()
+        await eventually(lambda: get_obj(cluster, "apps/v1", "Deployment", "three"), timeout=TIMEOUT, message="three created")
+        await eventually(lambda: get_obj(cluster, "v1", "Service", "two"), timeout=TIMEOUT, message="two's Service back")
+        assert watcher.requests["list ModelDeployment"] == lists  # resumed, not listed again
+
+        # expired: the history is gone (410), so the watcher lists again and catches up, deletions included
+        proxy.hold()
+        await cluster.kube.delete(MDV, "ModelDeployment", "one", cluster.namespace)
+        md = await cluster.kube.get(MDV, "ModelDeployment", "three", cluster.namespace)
+        await cluster.kube.patch(md, {"spec": {"scaling": {"replicas": 2}}})
+        _, latest = await cluster.kube.list(MDV, "ModelDeployment", cluster.namespace)  # no older than the watcher's version
+        await cluster.compact_past(MDV, "ModelDeployment", latest)
+        proxy.release()
+
+        async def caught_up() -> bool:
+            three = await get_obj(cluster, "apps/v1", "Deployment", "three")
+            return await get_md(cluster, "one") is None and three is not None and three["spec"]["replicas"] == 2
+
+        await eventually(caught_up, timeout=TIMEOUT, message="the changes behind the 410 applied")
+        assert watcher.requests["list ModelDeployment"] > lists
 
 
 async def test_services_restarted_mid_way_converge_without_duplicate_writes(

@@ -49,6 +49,7 @@ class Controller:
     connections: dict[str, Client] = field(default_factory=dict)
     kubes: dict[str, Kube] = field(default_factory=dict)
     identities: dict[str, str] = field(default_factory=dict)  # service → kubeconfig of its own identity (real server)
+    hosts: dict[str, str] = field(default_factory=dict)  # service → the API's URL as it reaches it (a proxy in between)
 
     @property
     def sync(self) -> ClusterSync:
@@ -88,6 +89,8 @@ class Controller:
         for name in names:
             nc = await connect(self.nats_url, name=name)
             kube = await self.cluster.connect(self.identities.get(name))
+            if name in self.hosts:
+                kube.api.configuration.host = self.hosts[name]
             runner = builders[name](nc, kube)
             self.connections[name], self.kubes[name], self.runners[name] = nc, kube, runner
             self.tasks[name] = asyncio.create_task(runner.run(), name=name)
@@ -124,13 +127,16 @@ async def running_controller(
     secrets: Path | None = None,
     all_namespaces: bool = False,
     clean_up: bool = True,
+    hosts: dict[str, str] | None = None,
 ) -> AsyncIterator[Controller]:
     """On a real server the watcher watches the test's namespace only, unless `all_namespaces` (a test
     whose objects span namespaces: a Gateway in another one). `clean_up=False` leaves the objects behind
-    (a benchmark that throws the whole server away after)."""
+    (a benchmark that throws the whole server away after). `hosts`: service → the URL it reaches the API
+    at (a `TcpProxy` that cuts it off), else the server's own."""
     await cluster.install_crds()
     namespace = None if cluster.emulator is not None or all_namespaces else cluster.namespace
     controller = Controller(nats_url, cluster, namespace, resync, services, secrets or Path("/nonexistent"))
+    controller.hosts.update(hosts or {})
     await controller.start()
     try:
         yield controller

@@ -824,19 +824,34 @@ class KubeEmulator:
             self.requests[query.get("fieldManager") or method] += 1
         verb = method if method != "GET" else ("GET" if name else "WATCH" if query.get("watch") in ("1", "true") else "LIST")
         self.calls[(verb, kind.plural, subresource or "")] += 1
+        form = metadata_form(request.headers.get("Accept", "")) if method == "GET" else None
         if method == "GET" and name is None:
             if query.get("watch") in ("1", "true"):
                 self.requests[f"watch {kind.kind}"] += 1
                 await self.watches_open.wait()  # a test holding watches back: changes pile up meanwhile
-                return await self._watch(request, kind, namespace)
+                return await self._watch(request, kind, namespace, form)
             self.requests[f"list {kind.kind}"] += 1
+            if form is not None and form[0] == "PartialObjectMetadata":
+                raise Refused(
+                    406, "NotAcceptable", f"you requested PartialObjectMetadata, but the requested object is a list (*{kind.kind}List)"
+                )
             items = self.items(kind, namespace if kind.namespaced else None, query.get("labelSelector"))
-            return web.json_response(
-                {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": {"resourceVersion": str(self.rv)}, "items": items}
-            )
+            at = {"resourceVersion": str(self.rv)}
+            if form is not None:
+                partials = [partial(o, form[1]) for o in items] or None  # null, not [], as a real server sends
+                return web.json_response(
+                    {"kind": "PartialObjectMetadataList", "apiVersion": f"{META_GROUP}/{form[1]}", "metadata": at, "items": partials}
+                )
+            return web.json_response({"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": at, "items": items})
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            raise Refused(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}")
         body = await request.json() if request.can_read_body else None
         if method == "GET":
-            return web.json_response(self.get(kind, ns, name or ""))
+            one = self.get(kind, ns, name or "")
+            if form is not None and form[0] == "PartialObjectMetadataList":
+                wrong = f"you requested PartialObjectMetadataList, but the requested object is not a list (*{kind.kind})"
+                raise Refused(406, "NotAcceptable", wrong)
+            return web.json_response(one if form is None else partial(one, form[1]))
         if method == "POST" and name is None:
             return web.json_response(self.create(kind, ns, body or {}, query.get("fieldManager") or "unknown"), status=201)
         if method == "PUT" and name:
