@@ -253,6 +253,8 @@ class HttpConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.phase = IDLE
+        if b"upgrade" in self._headers and self.parser.should_upgrade():  # httptools drops its body: refuse it, in its turn
+            self._stop(400, "protocol upgrades are not supported")
         path = self._url.split(b"?", 1)[0].decode("latin-1")
         request = Request(self.parser.get_method().decode(), path, self._headers, b"".join(self._body), self.parser.should_keep_alive())
         self.queue.append(request)

@@ -254,6 +254,14 @@ async def test_pipelined_requests_then_garbage_are_each_answered_in_order_then_a
     assert [a.status for a in answers] == [200, 200] and closed
 
 
+async def test_an_upgrade_request_is_refused_in_its_turn(stack: Stack) -> None:
+    health = b"GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n"
+    upgrade = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}"
+    answers, closed = await exchange(router_port(stack), health + upgrade + health)
+    assert [a.status for a in answers] == [200, 400] and closed
+    assert error_of(answers[1])["message"] == "protocol upgrades are not supported"
+
+
 async def test_headers_that_never_finish_get_a_408_and_a_close(limited: tuple[Stack, int]) -> None:
     _, port = limited
     partial = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
