@@ -32,6 +32,7 @@ import msgspec
 from contracts.subjects import Key
 from services.gateway import decide, echo
 from services.gateway.projection import Member, Members
+from services.gateway.signal import ClientTooSlow
 from services.gateway.upstream import BeforeResponse, Connection, Endpoint, UpstreamError, UpstreamPool
 
 log = logging.getLogger("jetway.router")
@@ -374,8 +375,10 @@ class HttpConnection(asyncio.Protocol):
         self.start(status, [(b"content-type", content_type), *(extra or [])], len(body))
         self.write(body)
 
-    def abort(self) -> None:
+    def abort(self, *, hard: bool = False) -> None:
         self.keep_alive = False
+        if hard and self.transport is not None and not self.closed:
+            self.transport.abort()  # what is buffered for the client is dropped, not flushed
         self.close()
 
     def close(self) -> None:
@@ -396,6 +399,11 @@ class Relay:
     def attach(self, connection: Connection) -> None:
         self.connection = connection
         self.client.upstream = connection
+
+    @property
+    def writable(self) -> asyncio.Event:
+        """Set while the client can take more (the operator-signal transport waits on it)."""
+        return self.client.writable
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         if 300 <= status < 400:
@@ -534,6 +542,10 @@ async def complete(client: HttpConnection, request: Request, *, chat: bool) -> N
             last_error = f"member {member.name}: {exc}"
             if not client.closed:
                 routes.on_failure(member.key, str(exc))
+        except ClientTooSlow as exc:  # the client's doing, not the member's: drop what waits for it
+            log.warning("client dropped: %s", exc, extra={"member": member.name})
+            client.abort(hard=True)
+            return
         except UpstreamError as exc:  # failed after the client got bytes: nothing to retry
             routes.on_failure(member.key, str(exc))
             client.abort()

@@ -24,11 +24,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.subjects import SIGNAL_PREFIX, encode_token
-from services.gateway.upstream import BeforeResponse, Sink, UpstreamError
+from services.gateway.upstream import BeforeResponse, Connection, Sink, UpstreamError
 
 CHUNK = 256 * 1024
 FIRST_BYTE_TIMEOUT = 600.0
 BETWEEN_CHUNKS_TIMEOUT = 300.0
+MAX_WAITING = 16 * 1024 * 1024  # bytes of an answer received and not yet taken by the client
 
 
 def subject(agent: str, operation: str) -> str:
@@ -41,6 +42,20 @@ def no_responders(msg: Msg) -> bool:
 
 class NoAgent(BeforeResponse):
     """No compute agent answers under that name."""
+
+
+class ClientTooSlow(UpstreamError):
+    """The client took the answer more slowly than the agent sent it, past MAX_WAITING: NATS has
+    no flow control to slow the agent, so the router gives up rather than hold it in memory."""
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 class SignalClient:
@@ -63,11 +78,24 @@ class SignalClient:
         return int(headers.get("Jetway-Status", "0")), reply.data
 
     async def forward(self, agent: str, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes, sink: Sink) -> None:
-        """Relay one request through the agent; the response goes to `sink` as it arrives."""
+        """Relay one request through the agent; the response goes to `sink` as it arrives.
+
+        A sink with a `writable` event (the router's relay) is waited on while its client cannot
+        take more; what arrives meanwhile waits here, up to MAX_WAITING bytes (ClientTooSlow)."""
         queue: asyncio.Queue[Msg] = asyncio.Queue()
         inbox = self.nc.new_inbox()
+        writable: asyncio.Event | None = getattr(sink, "writable", None)
+        waiting = 0
+        overflow = asyncio.Event()
 
         async def received(msg: Msg) -> None:
+            nonlocal waiting
+            if overflow.is_set():
+                return
+            waiting += len(msg.data)
+            if waiting > MAX_WAITING:
+                overflow.set()
+                return
             queue.put_nowait(msg)
 
         sub = await self.nc.subscribe(inbox, cb=received)
@@ -80,6 +108,7 @@ class SignalClient:
             await self.nc.publish(subject(agent, "inference"), body, reply=inbox, headers=request_headers)
             try:
                 first = await asyncio.wait_for(queue.get(), FIRST_BYTE_TIMEOUT)
+                waiting -= len(first.data)
             except TimeoutError:
                 raise BeforeResponse(f"compute agent {agent!r} did not answer") from None
             if no_responders(first):
@@ -90,10 +119,17 @@ class SignalClient:
             pairs = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in json.loads(head.get("Jetway-Headers", "[]"))]
             sink.head(int(head.get("Jetway-Status", "502")), pairs)
             while True:
+                if writable is not None and not writable.is_set():
+                    await _either(writable, overflow)  # the client's buffer is full: wait for it to drain
+                if overflow.is_set():
+                    raise ClientTooSlow(
+                        f"the client reads more slowly than compute agent {agent!r} sends (over {MAX_WAITING >> 20} MiB waiting)"
+                    )
                 try:
                     msg = await asyncio.wait_for(queue.get(), BETWEEN_CHUNKS_TIMEOUT)
                 except TimeoutError:
                     raise UpstreamError(f"compute agent {agent!r} stopped sending") from None
+                waiting -= len(msg.data)
                 meta = msg.headers or {}
                 if "Jetway-Error" in meta:
                     raise UpstreamError(f"compute agent {agent!r}: {meta['Jetway-Error']}")
@@ -110,19 +146,34 @@ class SignalClient:
                 await sub.unsubscribe()
 
 
+AGENT_PAUSE_AT = 4 * 1024 * 1024  # bytes read from the upstream and not yet published: stop reading
+AGENT_RESUME_AT = 1024 * 1024
+
+
 class ReplyStream:
-    """The agent side: an upstream response, published to the requester's inbox in order."""
+    """The agent side: an upstream response, published to the requester's inbox in order. The
+    upstream is paused while more than AGENT_PAUSE_AT bytes wait to be published."""
 
     def __init__(self, nc: Client, reply: str) -> None:
         self.nc = nc
         self.reply = reply
         self.queue: asyncio.Queue[tuple[bytes, dict[str, str]] | None] = asyncio.Queue()
+        self.waiting = 0
+        self.connection: Connection | None = None  # the upstream's, paused and resumed
+        self.paused = False
         self.task = asyncio.get_running_loop().create_task(self._drain())
+
+    def attach(self, connection: Connection) -> None:
+        self.connection = connection
 
     async def _drain(self) -> None:
         while (item := await self.queue.get()) is not None:
             data, headers = item
             await self.nc.publish(self.reply, data, headers=headers or None)
+            self.waiting -= len(data)
+            if self.paused and self.waiting < AGENT_RESUME_AT and self.connection is not None:
+                self.paused = False
+                self.connection.resume()
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         pairs = [
@@ -135,6 +186,10 @@ class ReplyStream:
     def body(self, chunk: bytes) -> None:
         for start in range(0, len(chunk), CHUNK):
             self.queue.put_nowait((chunk[start : start + CHUNK], {}))
+        self.waiting += len(chunk)
+        if not self.paused and self.waiting > AGENT_PAUSE_AT and self.connection is not None:
+            self.paused = True
+            self.connection.pause()
 
     def done(self) -> None:
         self.queue.put_nowait((b"", {"Jetway-End": "1"}))

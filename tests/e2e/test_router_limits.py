@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,12 @@ from typing import Any
 import httptools
 import pytest
 
+from runtime.bus import connect
 from services.gateway import router
+from services.gateway.computeagent import ComputeAgent
 from services.gateway.probe import MAX_MODELS_BODY
-from services.gateway.upstream import MAX_HEAD
+from services.gateway.signal import AGENT_PAUSE_AT, MAX_WAITING, ReplyStream
+from services.gateway.upstream import MAX_HEAD, Endpoint, UpstreamPool
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
@@ -356,3 +360,54 @@ def test_limits_come_from_the_environment_and_bad_values_say_which() -> None:
     ):
         with pytest.raises(ValueError, match=name):
             router.Limits.from_env({name: value}.get)
+
+
+async def test_a_client_slower_than_a_compute_agent_is_cut_off_at_the_bound_not_buffered(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
+    total = 64 * 1024 * 1024
+    local = await serve(upstreams, FakeOpenAI(name="nas", models=["llama"], stream_bytes=total))
+    await stack.apply(member("nas-0", models=[{"name": "llama"}], transport="operator-signal", computeOperatorRef="nas"))
+    nc = await connect(stack.nats_url, name="agent")
+    stop = asyncio.Event()
+    running = asyncio.create_task(ComputeAgent(nc, "nas", local.url).run(stop))
+    sock = socket.socket()
+    try:
+        await eventually(lambda: stack.served("llama"), message="healthy through the agent")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads nothing for now
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", router_port(stack)))
+        body = json.dumps({"model": "llama", "stream": True, "messages": [{"role": "user", "content": "big"}]}).encode()
+        await loop.sock_sendall(sock, b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await eventually(lambda: local.streams_done == 1, timeout=60, message="the upstream wrote its whole stream")
+        received, tail = 0, b""
+        with contextlib.suppress(ConnectionResetError):
+            async with asyncio.timeout(60):
+                while not tail.endswith(b"0\r\n\r\n") and (chunk := await loop.sock_recv(sock, 1 << 20)):
+                    received, tail = received + len(chunk), (tail + chunk)[-16:]
+        assert not tail.endswith(b"0\r\n\r\n"), f"the router held the whole stream for the client ({received} bytes)"
+        assert received < total - MAX_WAITING
+        assert (await stack.status("nas-0"))["phase"] == "Healthy", "a slow client is not the member's fault"
+    finally:
+        sock.close()
+        stop.set()
+        await running
+        await nc.close()
+
+
+async def test_the_compute_agent_stops_reading_its_upstream_while_the_bus_lags(nats: NatsEndpoint, upstreams: list[FakeOpenAI]) -> None:
+    local = await serve(upstreams, FakeOpenAI(models=["m"]))
+    nc = await connect(nats.url, name="agent")
+    connection = await UpstreamPool()._connect(Endpoint.parse(local.url), 5)
+    try:
+        assert connection.transport is not None
+        stream = ReplyStream(nc, nc.new_inbox())
+        stream.attach(connection)
+        stream.body(b"x" * (AGENT_PAUSE_AT + 1))  # read faster than published: nothing published yet
+        assert stream.paused and not connection.transport.is_reading()
+        await eventually(lambda: not stream.paused, message="resumed once published")
+        assert connection.transport.is_reading()
+        await stream.close()
+    finally:
+        if connection.transport is not None:
+            connection.transport.close()
+        await nc.close()

@@ -35,6 +35,8 @@ class FakeOpenAI:
     redirect: tuple[int, str] | None = None  # completions answer this status with this Location
     endless_models: bool = False  # GET /v1/models sends a 200 and a body that never ends
     models_sent: int = 0  # the most bytes one endless model list got written before its client went away
+    stream_bytes: int = 0  # when set, a stream is this many bytes of SSE chunks (then [DONE])
+    streams_done: int = 0  # streams written to their end
     _runner: web.AppRunner | None = None
     port: int = 0
     host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8), to serve a fixed port without a clash
@@ -103,6 +105,10 @@ class FakeOpenAI:
             )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if self.stream_bytes:
+            event = f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': 'x' * 65000}}]})}\n\n".encode()
+            for _ in range(0, self.stream_bytes, len(event)):
+                await response.write(event)
         for i, word in enumerate(reply.split(" ")):
             delta = {"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]}
             await response.write(f"data: {json.dumps(delta)}\n\n".encode())
@@ -110,6 +116,7 @@ class FakeOpenAI:
                 await self.hold.wait()
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        self.streams_done += 1
         return response
 
     async def start(self) -> FakeOpenAI:
