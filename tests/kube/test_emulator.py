@@ -10,7 +10,10 @@ import pytest
 
 from runtime.kube import Gone, KubeError, NotFound
 from tests.contracts.cases import MD
-from tests.support.cluster import Cluster
+from tests.support.cluster import CRD_API, Cluster, foreign_crd
+from tests.support.waiting import eventually
+
+RBAC_API = "rbac.authorization.k8s.io/v1"
 
 
 def deployment(namespace: str, name: str = "web", replicas: int = 1, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -291,3 +294,61 @@ async def test_an_invalid_value_left_unchanged_is_not_judged_again(cluster: Clus
             {"spec": {"model": {"storage": {"volumes": [{"name": "a", "purpose": "custom", "claimName": "c", "mountPath": "still-rel"}]}}}},
         )
     assert refused.value.status == 422
+
+
+async def test_a_crds_change_or_removal_ends_the_watches_on_its_kind(cluster: Cluster) -> None:
+    """A CRD's kind is served anew when the CRD's spec changes: the open watches on it end, and a watch
+    from the last version seen misses nothing; when the CRD goes, its watches end too."""
+    cluster.need_cluster_wide()
+    api = "probe.example.com/v1"
+    await cluster.install(foreign_crd("probe.example.com", "v1", "Probe", "probes"))
+    _, version = await cluster.kube.list(api, "Probe", cluster.namespace)
+    seen: list[str] = []
+
+    async def watch(since: str) -> str:
+        """Follow until the server ends the watch; the last version seen."""
+        async for kind, obj in cluster.kube.watch(api, "Probe", since, namespace=cluster.namespace, timeout=60):
+            since = obj["metadata"]["resourceVersion"]
+            if kind != "BOOKMARK":
+                seen.append(f"{kind} {obj['metadata']['name']}")
+        return since
+
+    first = asyncio.create_task(watch(version))
+    await cluster.kube.create({"apiVersion": api, "kind": "Probe", "metadata": {"name": "before", "namespace": cluster.namespace}})
+    crd = await cluster.kube.get(CRD_API, "CustomResourceDefinition", "probes.probe.example.com")
+    versions = copy.deepcopy(crd["spec"]["versions"])
+    versions[0]["schema"]["openAPIV3Schema"]["properties"] = {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    await cluster.kube.patch(crd, {"spec": {"versions": versions}})
+    version = await asyncio.wait_for(first, 30)
+    assert seen == ["ADDED before"]
+
+    second = asyncio.create_task(watch(version))
+    await cluster.kube.create({"apiVersion": api, "kind": "Probe", "metadata": {"name": "after", "namespace": cluster.namespace}})
+    await cluster.uninstall("probes.probe.example.com")
+    await asyncio.wait_for(second, 30)
+    assert seen[:2] == ["ADDED before", "ADDED after"]  # then each deleted with the CRD, as the server gets to it
+    assert set(seen[2:]) <= {"DELETED before", "DELETED after"}
+
+
+async def test_a_cluster_scoped_dependent_of_a_namespaced_owner_is_not_collected(cluster: Cluster) -> None:
+    """The garbage collector resolves an owner in its dependent's scope: a cluster-scoped object cannot
+    have a namespaced owner, so it is left when that owner goes (a real server reports the reference as
+    OwnerRefInvalidNamespace); a namespaced dependent goes."""
+    cluster.need_cluster_wide()
+    owner = await cluster.kube.create(configmap(cluster.namespace, "owner"))
+    refs = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]
+    child = configmap(cluster.namespace, "child")
+    child["metadata"]["ownerReferences"] = refs
+    await cluster.kube.create(child)
+    role = f"{cluster.namespace}-dependent"
+    await cluster.kube.create({"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": {"name": role, "ownerReferences": refs}})
+    try:
+        await cluster.kube.delete("v1", "ConfigMap", "owner", cluster.namespace)
+
+        async def child_gone() -> bool:
+            return await cluster.kube.get_or_none("v1", "ConfigMap", "child", cluster.namespace) is None
+
+        await eventually(child_gone, timeout=30, message="the namespaced dependent collected")
+        assert await cluster.kube.get_or_none(RBAC_API, "ClusterRole", role) is not None
+    finally:
+        await cluster.kube.delete(RBAC_API, "ClusterRole", role)

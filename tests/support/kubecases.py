@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -151,10 +152,19 @@ async def publish_gateway(
         for t in ("Accepted", "ResolvedRefs", "Programmed")
     ]
     status = {
-        "addresses": [{"type": "IPAddress", "value": a} for a in addresses or []],
+        "addresses": [{"type": _address_type(a), "value": a} for a in addresses or []],
         "listeners": [
             {"name": n, "conditions": conditions, "attachedRoutes": 0, "supportedKinds": [{"kind": "HTTPRoute"}]} for n in ready or []
         ],
     }
     patched: dict[str, Any] = await cluster.kube.patch(gateway, {"status": status}, subresource="status")
     return patched
+
+
+def _address_type(address: str) -> str:
+    """How a Gateway controller types a published address (upstream's CRD refuses a hostname typed IPAddress)."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return "Hostname"
+    return "IPAddress"

@@ -457,7 +457,7 @@ class KubeEmulator:
             self.objects.pop(key, None)
             self.managers.pop(key, None)
             self._emit("DELETED", kind, obj)
-            self._collect(meta["uid"])
+            self._collect(kind, meta["uid"])
             self._crd_gone(kind, obj)
             return obj
         self.objects[key] = obj
@@ -493,13 +493,14 @@ class KubeEmulator:
             if kind is not None and watcher.kind is kind:
                 watcher.queue.put_nowait(None)
 
-    def _collect(self, uid: str) -> None:
-        """Background garbage collection: dependents of a removed owner go too."""
+    def _collect(self, owner: Kind, uid: str) -> None:
+        """Background garbage collection: dependents of a removed owner go too; a cluster-scoped one of a
+        namespaced owner stays, as a real collector leaves it (an invalid reference: OwnerRefInvalidNamespace)."""
         for key, obj in list(self.objects.items()):
             owners = obj["metadata"].get("ownerReferences") or []
             if any(o.get("uid") == uid for o in owners) and key in self.objects:
                 kind = self.kinds.get((key[0], key[1]))
-                if kind is not None:
+                if kind is not None and (kind.namespaced or not owner.namespaced):
                     self.delete(kind, key[2], key[3])
 
     def _assign(self, key: tuple[str, str, str, str], manager: str, obj: Obj, status_only: bool, old: Obj | None = None) -> None:
