@@ -318,17 +318,17 @@ async def test_expect_100_continue_with_an_oversized_length_gets_413_at_once(sta
     assert [a.status for a in answers] == [413] and closed
 
 
-async def test_oversized_request_headers_get_a_431_and_a_close(limited: tuple[Stack, int]) -> None:
-    _, port = limited
+async def test_oversized_request_headers_get_a_431_and_a_close(stack: Stack) -> None:
+    port = router_port(stack)  # the default header timeout: the pieces may take their time
     pieces = [b"GET /healthz HTTP/1.1\r\nHost: r\r\nx-filler: "] + [b"a" * 16384] * 16
     answers, closed = await exchange(port, pieces)
     assert [a.status for a in answers] == [431] and closed
     assert error_of(answers[0])["message"] == f"request headers larger than {router.MAX_HEAD // 1024} KiB"
 
 
-async def test_connections_past_the_limit_get_a_503_and_the_rest_are_served(limited: tuple[Stack, int]) -> None:
-    stack, port = limited
+async def test_connections_past_the_limit_get_a_503_and_the_rest_are_served(stack: Stack) -> None:
     await echo_ready(stack)
+    server, port = await router.serve(stack.gateway.routes, "127.0.0.1", 0, limits=router.Limits(max_connections=8))
     held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(8)]
     try:
         for reader, writer in held:  # each connection is in (a request answered on each)
@@ -338,15 +338,18 @@ async def test_connections_past_the_limit_get_a_503_and_the_rest_are_served(limi
         assert [a.status for a in answers] == [503] and closed
         assert error_of(answers[0])["message"] == "the router has 8 connections open, its limit; try again shortly"
         assert answers[0].headers["retry-after"] == "1"
-    finally:
         for _, writer in held:
             writer.close()
 
-    async def served_again() -> bool:
-        answers, _ = await exchange(port, chat_request("back", close=True))
-        return [a.status for a in answers] == [200]
+        async def served_again() -> bool:
+            answers, _ = await exchange(port, chat_request("back", close=True))
+            return [a.status for a in answers] == [200]
 
-    await eventually(served_again, message="a connection is served once others have closed")
+        await eventually(served_again, message="a connection is served once others have closed")
+    finally:
+        for _, writer in held:
+            writer.close()
+        server.close()
 
 
 def test_limits_come_from_the_environment_and_bad_values_say_which() -> None:
