@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from runtime.kube import Gone, KubeError, NotFound
 from tests.contracts.cases import MD
 from tests.support.cluster import CRD_API, Cluster, foreign_crd
 from tests.support.waiting import eventually
+
+MDV = "airunway.ai/v1alpha1"
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 
@@ -352,3 +355,37 @@ async def test_a_cluster_scoped_dependent_of_a_namespaced_owner_is_not_collected
         assert await cluster.kube.get_or_none(RBAC_API, "ClusterRole", role) is not None
     finally:
         await cluster.kube.delete(RBAC_API, "ClusterRole", role)
+
+
+async def _post(cluster: Cluster, api_version: str, kind: str, body: dict[str, Any], **query: str) -> tuple[int, Any, list[str]]:
+    """A create as the wire has it: status, body and the Warning headers."""
+    path = cluster.kube.resource(api_version, kind).path(cluster.namespace)
+    response = await cluster.kube.api.call_api(
+        path,
+        "POST",
+        query_params=list(query.items()),
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    answer = json.loads(await response.read())
+    return response.status, answer, response.headers.getall("Warning", [])
+
+
+async def test_unknown_fields_are_pruned_with_a_warning_and_refused_when_strict(cluster: Cluster) -> None:
+    await cluster.install_crds()
+    md = copy.deepcopy(MD)
+    md["metadata"]["namespace"] = cluster.namespace
+    md["spec"]["madeUp"] = {"x": 1}
+    md["spec"]["model"]["alsoMadeUp"] = "y"
+    status, stored, warnings = await _post(cluster, MDV, "ModelDeployment", md)
+    assert status == 201, stored
+    assert "madeUp" not in stored["spec"] and "alsoMadeUp" not in stored["spec"]["model"], "the server prunes them"
+    said = " ".join(warnings)
+    assert 'unknown field \\"spec.madeUp\\"' in said or 'unknown field "spec.madeUp"' in said, warnings
+    md["metadata"]["name"] = "strict"
+    status, refused, _ = await _post(cluster, MDV, "ModelDeployment", md, fieldValidation="Strict")
+    assert status == 400 and refused["reason"] == "BadRequest", refused
+    assert 'unknown field "spec.madeUp"' in refused["message"] and 'unknown field "spec.model.alsoMadeUp"' in refused["message"]
+    assert await cluster.kube.get_or_none(MDV, "ModelDeployment", "strict", cluster.namespace) is None

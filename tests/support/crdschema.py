@@ -58,6 +58,30 @@ def _join(path: str, part: str | int) -> str:
     return f"{path}.{part}" if path else part
 
 
+def prune(value: Any, schema: dict[str, Any], path: str = "") -> tuple[Any, list[str]]:
+    """`value` without the fields its structural schema does not declare, and their paths: what an API
+    server does to a custom resource unless the request asks for strict field validation."""
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        kept: dict[str, Any] = {}
+        dropped: list[str] = []
+        for name, item in value.items():
+            sub = props.get(name) if props is not None else None
+            if sub is None and isinstance(extra, dict):
+                sub = extra
+            if sub is None and props is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                dropped.append(_join(path, name))
+                continue
+            kept[name], below = prune(item, sub or {}, _join(path, name))
+            dropped += below
+        return kept, dropped
+    if isinstance(value, list) and "items" in schema:
+        pruned = [prune(item, schema["items"], _join(path, i)) for i, item in enumerate(value)]
+        return [p for p, _ in pruned], [d for _, below in pruned for d in below]
+    return value, []
+
+
 def validate(value: Any, schema: dict[str, Any], old: Any = _MISSING, path: str = "") -> list[str]:
     """Every violation, as `path: message`."""
     errors: list[str] = []
@@ -128,9 +152,18 @@ def validate(value: Any, schema: dict[str, Any], old: Any = _MISSING, path: str 
     return errors
 
 
-def validate_resource(obj: dict[str, Any], crd: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """(defaulted object, violations) for a custom resource of `crd`'s kind."""
+def validate_resource(
+    obj: dict[str, Any], crd: dict[str, Any], old: dict[str, Any] | None = None, *, pruned: list[str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """(defaulted object, violations) for a custom resource of `crd`'s kind. With `pruned` (a list to fill)
+    unknown fields are dropped and named there, as an API server does by default; without, they are
+    violations (strict field validation)."""
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    if pruned is not None:  # apiVersion, kind and metadata are the server's own, never pruned
+        identity = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+        obj, dropped = prune({k: v for k, v in obj.items() if k not in identity}, schema)
+        obj.update(identity)
+        pruned += dropped
     defaulted = apply_defaults(obj, schema)
     old_defaulted = apply_defaults(old, schema) if old is not None else _MISSING
     return defaulted, validate(defaulted, schema, old_defaulted)

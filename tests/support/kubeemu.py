@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import copy
 import json
 import re
@@ -43,6 +44,9 @@ from typing import Any
 from aiohttp import web
 
 from tests.support.crdschema import validate_resource
+
+_FIELD_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar("field_validation", default="Warn")
+_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
 
 Obj = dict[str, Any]
 Path = tuple[Any, ...]
@@ -412,8 +416,16 @@ class KubeEmulator:
     def _schema_check(self, kind: Kind, obj: Obj, old: Obj | None) -> Obj:
         if kind.crd is None:
             return obj
-        defaulted, errors = validate_resource(obj, kind.crd, old)
+        strict = _FIELD_VALIDATION.get() == "Strict"
+        pruned: list[str] | None = None if strict else []
+        defaulted, errors = validate_resource(obj, kind.crd, old, pruned=pruned)
         errors = [e for e in errors if not e.startswith("metadata")]
+        unknown = [e.split(":", 1)[0] for e in errors if e.endswith(": unknown field")]
+        if unknown:  # strict field validation: a 400 naming them, as the server's strict decoder answers
+            raise Refused(400, "BadRequest", "strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
+        warnings = _WARNINGS.get()
+        if pruned and warnings is not None and _FIELD_VALIDATION.get() != "Ignore":  # the default, Warn: pruned, and said
+            warnings += [f'unknown field "{p}"' for p in pruned]
         if old is not None:  # ratcheting, as API servers do since 1.30: a value left as it was is not judged again
             errors = [e for e in errors if _at_path(obj, e.split(":", 1)[0]) != _at_path(old, e.split(":", 1)[0])]
         if errors:
@@ -762,8 +774,15 @@ class KubeEmulator:
         }
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        # each request runs in a task of its own: its field validation and its warnings are its own too
+        _FIELD_VALIDATION.set(request.query.get("fieldValidation") or "Warn")
+        warnings: list[str] = []
+        _WARNINGS.set(warnings)
         try:
-            return await self._route(request)
+            response = await self._route(request)
+            for warning in warnings:
+                response.headers.add("Warning", f'299 - "{warning}"')
+            return response
         except Refused as refusal:
             return web.json_response(refusal.status(), status=refusal.code)
         except (ValueError, KeyError, TypeError) as exc:
