@@ -270,7 +270,12 @@ class Kube:
             "GET", resource.path(namespace if resource.namespaced else None), query=query, accept=METADATA_LIST if metadata_only else JSON
         )
         # `or`: an empty PartialObjectMetadataList has "items": null on a real server
-        return list(listing.get("items") or []), str(listing.get("metadata", {}).get("resourceVersion", ""))
+        items = list(listing.get("items") or [])
+        if not metadata_only:  # a real server's list items carry no apiVersion or kind: restore them, as kopf does
+            for item in items:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+        return items, str(listing.get("metadata", {}).get("resourceVersion", ""))
 
     async def apply(self, obj: dict[str, Any], *, manager: str, subresource: str | None = None, force: bool = True) -> dict[str, Any]:
         """Server-side apply: the fields in `obj` are this manager's; the API server merges and tracks ownership."""

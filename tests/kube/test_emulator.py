@@ -389,3 +389,11 @@ async def test_unknown_fields_are_pruned_with_a_warning_and_refused_when_strict(
     assert status == 400 and refused["reason"] == "BadRequest", refused
     assert 'unknown field "spec.madeUp"' in refused["message"] and 'unknown field "spec.model.alsoMadeUp"' in refused["message"]
     assert await cluster.kube.get_or_none(MDV, "ModelDeployment", "strict", cluster.namespace) is None
+
+
+async def test_list_items_come_without_apiversion_and_kind_and_the_client_restores_them(cluster: Cluster) -> None:
+    await cluster.kube.create(configmap(cluster.namespace, "listed"))
+    raw = await cluster.kube.request("GET", cluster.kube.resource("v1", "ConfigMap").path(cluster.namespace))
+    assert raw["kind"] == "ConfigMapList" and all("kind" not in i and "apiVersion" not in i for i in raw["items"])
+    items, _ = await cluster.kube.list("v1", "ConfigMap", cluster.namespace)
+    assert {(i["apiVersion"], i["kind"]) for i in items} == {("v1", "ConfigMap")}

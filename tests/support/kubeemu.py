@@ -862,7 +862,9 @@ class KubeEmulator:
                 return web.json_response(
                     {"kind": "PartialObjectMetadataList", "apiVersion": f"{META_GROUP}/{form[1]}", "metadata": at, "items": partials}
                 )
-            return web.json_response({"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": at, "items": items})
+            # a real server's list items carry no apiVersion or kind (the list says them once)
+            bare = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
+            return web.json_response({"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": at, "items": bare})
         if request.content_length is not None and request.content_length > MAX_BODY:
             raise Refused(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}")
         body = await request.json() if request.can_read_body else None
