@@ -143,6 +143,7 @@ class Runner:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._limit = asyncio.Semaphore(self.settings.concurrency)
+        self._serial: dict[Key, tuple[asyncio.Lock, list[int]]] = {}  # key → its lock and how many want it
         self._tracer = trace.get_tracer("jetway.service")
         # Consumers read every event and match the service's filters here: on nats-server 2.15
         # a consumer with several filter subjects delivers ~50x slower than one with a single
@@ -195,13 +196,23 @@ class Runner:
     # --- reconciling -----------------------------------------------------------------------
 
     async def reconcile(self, key: Key, cause: Envelope | None = None) -> None:
-        for _ in range(self.settings.conflict_retries):
-            try:
-                async with self._limit:
-                    await self.service.reconcile(key, Effects(self, cause))
-                return
-            except Requeue:
-                continue
+        # One reconcile of a key at a time: a resync pass that began before an event was folded would
+        # otherwise write after that event's reconcile (an object re-created after its withdrawal).
+        lock, users = self._serial.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                for _ in range(self.settings.conflict_retries):
+                    try:
+                        async with self._limit:
+                            await self.service.reconcile(key, Effects(self, cause))
+                        return
+                    except Requeue:
+                        continue
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._serial[key]
         raise RuntimeError(f"{key}: still conflicting after {self.settings.conflict_retries} refreshes")
 
     async def reconcile_all(self) -> None:

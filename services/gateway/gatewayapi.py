@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import msgspec
+
 from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope, Withdrawn
 from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView
+from contracts.objects import ref as reference
 from contracts.providerconfig import EngineGateway
 from contracts.subjects import Key, kind_filter
 from runtime.kube import Kube, KubeError
@@ -149,7 +152,14 @@ class GatewayApiService(Service):
         if plan.member is not None:
             try:
                 await self.writer.apply(d.key, [plan.member], manager=SELF)
-            except (KubeError, ResourceConflict, NotServed) as exc:  # the router member is a convenience: say so, fail nothing
+            except ResourceConflict as exc:
+                # Members are cluster-scoped and named after the deployment: another namespace's deployment of
+                # the same name holds this one. It is not ours, so the decision does not claim it (or withdrawing
+                # would delete the other's member).
+                log.warning("%s: no router member: %s", d.key, exc)
+                member = reference(plan.member)
+                return msgspec.structs.replace(plan.decision, objects=tuple(o for o in plan.decision.objects if o != member))
+            except (KubeError, NotServed) as exc:  # the router member is a convenience: say so, fail nothing
                 log.warning("%s: no router member: %s", d.key, exc)
         return plan.decision
 

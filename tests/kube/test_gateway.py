@@ -1,14 +1,23 @@
-"""The gateway service's control plane on the emulator: Gateway API Inference Extension objects for
-running ModelDeployments, the Gateway they route through, `GatewayReady` and `status.gateway`."""
+"""The gateway service's control plane on the emulator and on a real API server: Gateway API Inference
+Extension objects for running ModelDeployments, the Gateway they route through, `GatewayReady` and
+`status.gateway`.
+
+On a real server the CRDs are upstream's own (tests/cluster/thirdparty.py), so their defaults and
+CEL rules apply; the test plays the Gateway's controller (its status subresource) and the kubelet
+(`report_pods`); a refused write is a real RBAC refusal of the gateway service's own identity."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.support.cluster import Cluster, foreign_crd, gateway_api_crds
+from runtime.kube import NotFound
+from tests.support.cluster import Cluster, foreign_crd
 from tests.support.controller import Controller, running_controller
 from tests.support.kubecases import MDV, TIMEOUT, condition, get_md, get_obj, listener, make_gateway, running_md
 from tests.support.nats import NatsEndpoint
@@ -18,18 +27,62 @@ POOL = "inference.networking.k8s.io/v1"
 ROUTES = "gateway.networking.k8s.io/v1"
 
 
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+
+
 @pytest.fixture
 async def controller(nats: NatsEndpoint, cluster: Cluster) -> AsyncIterator[Controller]:
-    cluster.need_emulator()  # installs the Gateway API's CRDs and plays its controllers: not for a shared cluster
+    cluster.need_cluster_wide()  # installs the Gateway API's CRDs: not on a shared cluster
     async with running_controller(nats.url, cluster) as running:
         yield running
 
 
-async def with_gateway_apis(cluster: Cluster) -> None:
-    emulator = cluster.need_emulator()
-    for crd in gateway_api_crds():
-        emulator.install(crd)
-    await cluster.kube.discover()
+@pytest.fixture
+async def wide_controller(nats: NatsEndpoint, cluster: Cluster) -> AsyncIterator[Controller]:
+    """For a Gateway in another namespace: the watcher watches every namespace (its default), as a
+    watcher of one namespace never sees that Gateway."""
+    cluster.need_cluster_wide()
+    if cluster.real:
+        await eventually(lambda: alone(cluster), timeout=60, message="no other test's ModelDeployments left")
+    async with running_controller(nats.url, cluster, all_namespaces=True) as running:
+        yield running
+
+
+async def alone(cluster: Cluster) -> bool:
+    """No ModelDeployment outside the test's namespace (an earlier test's, in a namespace still going)."""
+    try:
+        items, _ = await cluster.kube.list(MDV, "ModelDeployment")
+    except NotFound:
+        return True
+    return all(i["metadata"]["namespace"] == cluster.namespace for i in items)
+
+
+def gateway_rules_without(resource: str, verb: str) -> list[dict[str, Any]]:
+    """deploy/'s rules for the gateway service, less `verb` on `resource`."""
+    documents = list(yaml.safe_load_all(RBAC.read_text()))
+    role = next(d for d in documents if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "jetway-gateway")
+    rules = []
+    for rule in role["rules"]:
+        if resource in rule["resources"]:
+            rules.append({**rule, "resources": [resource], "verbs": [v for v in rule["verbs"] if v != verb]})
+            rest = [r for r in rule["resources"] if r != resource]
+            if rest:
+                rules.append({**rule, "resources": rest})
+        else:
+            rules.append(rule)
+    return rules
+
+
+async def forbid(cluster: Cluster, controller: Controller, resource: str, verb: str) -> None:
+    """Take `verb` on `resource` away from the gateway service: on a real server by RBAC (its own
+    ServiceAccount, holding deploy/'s jetway-gateway rules less that verb); the emulator has no RBAC
+    and answers 403 through its hook."""
+    if cluster.emulator is not None:
+        kind = {"inferencepools": "InferencePool", "httproutes": "HTTPRoute", "gateways": "Gateway"}[resource]
+        cluster.emulator.forbidden.add((verb.upper(), kind))
+        return
+    controller.identities["gateway-api"] = await cluster.identity("jetway-gateway", gateway_rules_without(resource, verb))
+    await controller.restart("gateway-api")
 
 
 async def gateway_ready(cluster: Cluster, reason: str, name: str = "qwen") -> dict[str, Any] | None:
@@ -44,27 +97,41 @@ async def wait_reason(cluster: Cluster, reason: str, name: str = "qwen") -> dict
     return found
 
 
+def backends(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    """A rule's backendRefs as Jetway wrote them: upstream's HTTPRoute CRD defaults `weight` to 1."""
+    return [{k: v for k, v in ref.items() if k != "weight"} for ref in rule["backendRefs"]]
+
+
+def selector_namespaces(listener: dict[str, Any]) -> list[str] | None:
+    """The namespaces a listener admits routes from by selector (Jetway's allowedRoutes), if it does."""
+    namespaces = (listener.get("allowedRoutes") or {}).get("namespaces") or {}
+    if namespaces.get("from") != "Selector":
+        return None  # none, or upstream's default (`from: Same`) once Jetway's fields are gone
+    return [v for e in namespaces["selector"]["matchExpressions"] for v in e["values"]]
+
+
 async def test_with_one_gateway_a_running_deployment_gets_its_pool_picker_and_route(controller: Controller, cluster: Cluster) -> None:
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "inference", "default", [listener("http", 80)], addresses=["203.0.113.7"], ready=["http"])
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http", 80)], addresses=["203.0.113.7"], ready=["http"])
     await running_md(cluster)
     md = await wait_reason(cluster, "GatewayConfigured")
     ready = condition(md, "GatewayReady")
     assert ready["status"] == "True" and ready["message"] == "InferencePool and HTTPRoute created"
     assert md["status"]["gateway"] == {
         "gatewayName": "inference",
-        "gatewayNamespace": "default",
+        "gatewayNamespace": cluster.namespace,
         "endpoint": "203.0.113.7",
         "modelName": "Qwen/Qwen3-0.6B",
     }
     assert md["status"]["phase"] == "Running"
 
-    pool = await cluster.kube.get(POOL, "InferencePool", "qwen", "default")
-    assert pool["spec"] == {
+    pool = await cluster.kube.get(POOL, "InferencePool", "qwen", cluster.namespace)
+    picker = pool["spec"]["endpointPickerRef"]  # upstream's CRD defaults its group, kind and failureMode
+    assert {k: v for k, v in pool["spec"].items() if k != "endpointPickerRef"} == {
         "selector": {"matchLabels": {"airunway.ai/model-deployment": "qwen"}},
         "targetPorts": [{"number": 8000}],
-        "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}},
     }
+    assert (picker["name"], picker["port"], picker.get("kind", "Service")) == ("qwen-epp", {"number": 9002}, "Service")
     assert pool["metadata"]["ownerReferences"][0]["uid"] == md["metadata"]["uid"]
     for kind, api in (
         ("Deployment", "apps/v1"),
@@ -75,23 +142,28 @@ async def test_with_one_gateway_a_running_deployment_gets_its_pool_picker_and_ro
         ("RoleBinding", "rbac.authorization.k8s.io/v1"),
     ):
         assert await get_obj(cluster, api, kind, "qwen-epp"), f"the endpoint picker's {kind}"
-    route = await cluster.kube.get(ROUTES, "HTTPRoute", "qwen", "default")
+    route = await cluster.kube.get(ROUTES, "HTTPRoute", "qwen", cluster.namespace)
     assert route["spec"]["parentRefs"] == [
-        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference", "namespace": "default"}
+        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference", "namespace": cluster.namespace}
     ]
     rule = route["spec"]["rules"][0]
     assert rule["matches"][0]["headers"] == [{"type": "Exact", "name": "X-Gateway-Model-Name", "value": "Qwen/Qwen3-0.6B"}]
-    assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen"}]
+    assert backends(rule) == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen"}]
 
 
 async def test_without_the_crds_an_explicit_gateway_says_so_and_nothing_else_fails(controller: Controller, cluster: Cluster) -> None:
     await running_md(cluster, **{"spec.gateway": {"enabled": True}})
-    md = await wait_reason(cluster, "CRDsNotAvailable")
-    assert condition(md, "GatewayReady")["status"] == "False" and md["status"]["phase"] == "Running"
+
+    async def running_without() -> dict[str, Any] | None:  # the phase is read with the condition: each is written on its own
+        md = await gateway_ready(cluster, "CRDsNotAvailable")
+        return md if md and md["status"]["phase"] == "Running" else None
+
+    md = await eventually(running_without, timeout=TIMEOUT, message="Running, GatewayReady CRDsNotAvailable")
+    assert condition(md, "GatewayReady")["status"] == "False"
     assert "gateway" not in md["status"]
     # the APIs arrive: discovery notices, and the same deployment is routed
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "inference", "default", [listener("http")], ready=["http"])
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
     await wait_reason(cluster, "GatewayConfigured")
     assert await get_obj(cluster, POOL, "InferencePool", "qwen")
 
@@ -112,9 +184,9 @@ async def test_without_the_crds_and_not_asked_for_there_is_no_gateway_condition(
 async def test_no_gateway_says_which_case_it_is(
     controller: Controller, cluster: Cluster, gateways: list[tuple[str, dict[str, str]]], expected: str
 ) -> None:
-    await with_gateway_apis(cluster)
+    await cluster.install_gateway_apis()
     for name, labels in gateways:
-        await make_gateway(cluster, name, "default", [listener("http")], labels=labels, ready=["http"])
+        await make_gateway(cluster, name, cluster.namespace, [listener("http")], labels=labels, ready=["http"])
     await running_md(cluster)
     md = await wait_reason(cluster, "NoGateway")
     assert expected in condition(md, "GatewayReady")["message"]
@@ -122,46 +194,48 @@ async def test_no_gateway_says_which_case_it_is(
 
 
 async def test_of_several_gateways_the_labelled_one_is_chosen(controller: Controller, cluster: Cluster) -> None:
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "public", "default", [listener("http")], ready=["http"])
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "public", cluster.namespace, [listener("http")], ready=["http"])
     await make_gateway(
-        cluster, "inference", "default", [listener("http")], labels={"airunway.ai/inference-gateway": "true"}, ready=["http"]
+        cluster, "inference", cluster.namespace, [listener("http")], labels={"airunway.ai/inference-gateway": "true"}, ready=["http"]
     )
     await running_md(cluster)
     md = await wait_reason(cluster, "GatewayConfigured")
     assert md["status"]["gateway"]["gatewayName"] == "inference"
 
 
-async def test_a_gateway_in_another_namespace_admits_the_route_until_it_is_gone(controller: Controller, cluster: Cluster) -> None:
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "shared", "gateway-system", [listener("http"), listener("https", 443, "HTTPS")], ready=["http"])
+async def test_a_gateway_in_another_namespace_admits_the_route_until_it_is_gone(wide_controller: Controller, cluster: Cluster) -> None:
+    await cluster.install_gateway_apis()
+    shared = await cluster.other_namespace("gateway-system")
+    https = listener("https", 443, "HTTPS", tls={"mode": "Terminate", "certificateRefs": [{"name": "shared-tls"}]})
+    await make_gateway(cluster, "shared", shared, [listener("http"), https], ready=["http"])
     await running_md(cluster)
     await wait_reason(cluster, "GatewayConfigured")
 
-    async def admitted() -> list[Any] | None:
-        gateway = await cluster.kube.get(ROUTES, "Gateway", "shared", "gateway-system")
-        rules = [item.get("allowedRoutes") for item in gateway["spec"]["listeners"]]
+    async def admitted() -> list[list[str] | None] | None:
+        gateway = await cluster.kube.get(ROUTES, "Gateway", "shared", shared)
+        rules = [selector_namespaces(item) for item in gateway["spec"]["listeners"]]
         return rules if all(rules) else None
 
     rules = await eventually(admitted, timeout=TIMEOUT, message="allowedRoutes on every listener")
-    expression = rules[0]["namespaces"]["selector"]["matchExpressions"][0]
-    assert rules[0]["namespaces"]["from"] == "Selector" and expression["values"] == ["default", "gateway-system"]
+    assert rules[0] == sorted([cluster.namespace, shared])
     await cluster.kube.delete(MDV, "ModelDeployment", "qwen", cluster.namespace)
 
     async def withdrawn() -> bool:
-        gateway = await cluster.kube.get(ROUTES, "Gateway", "shared", "gateway-system")
-        return not any(item.get("allowedRoutes") for item in gateway["spec"]["listeners"]) and await get_md(cluster) is None
+        gateway = await cluster.kube.get(ROUTES, "Gateway", "shared", shared)
+        return not any(selector_namespaces(item) for item in gateway["spec"]["listeners"]) and await get_md(cluster) is None
 
     await eventually(withdrawn, timeout=TIMEOUT, message="allowedRoutes removed with the deployment")
-    assert (await cluster.kube.get(ROUTES, "Gateway", "shared", "gateway-system"))["spec"]["listeners"][1]["port"] == 443  # the rest intact
+    assert (await cluster.kube.get(ROUTES, "Gateway", "shared", shared))["spec"]["listeners"][1]["port"] == 443  # the rest intact
 
 
 async def test_a_provider_managed_pool_in_another_namespace_is_waited_for_and_granted(controller: Controller, cluster: Cluster) -> None:
-    emulator = cluster.need_emulator()
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "inference", "default", [listener("http")], ready=["http"])
-    emulator.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
+    await cluster.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
     await cluster.kube.discover()
+    pools = await cluster.other_namespace("pools")
+    pool_name = f"{cluster.namespace}-qwen-pool"
     # the provider keeps its pools in one namespace, named after the deployment
     await eventually(lambda: get_obj(cluster, MDV, "InferenceProviderConfig", "dynamo"), timeout=TIMEOUT, message="dynamo registered")
     config = await cluster.kube.get(MDV, "InferenceProviderConfig", "dynamo")
@@ -169,34 +243,44 @@ async def test_a_provider_managed_pool_in_another_namespace_is_waited_for_and_gr
         engine["gateway"] = {
             "managesInferencePool": True,
             "inferencePoolNamePattern": "{namespace}-{name}-pool",
-            "inferencePoolNamespace": "pools",
+            "inferencePoolNamespace": pools,
         }
     await cluster.kube.patch(config, {"spec": config["spec"]})
-    await cluster.kube.create(
-        {**_md("qwen", cluster.namespace), "spec": {**_md("qwen", cluster.namespace)["spec"], "provider": {"name": "dynamo"}}}
-    )
-    dgd = await eventually(lambda: get_obj(cluster, "nvidia.com/v1alpha1", "DynamoGraphDeployment", "qwen"), timeout=TIMEOUT, message="DGD")
-    await cluster.kube.patch(dgd, {"status": {"state": "successful"}}, subresource="status")
-    md = await wait_reason(cluster, "InferencePoolFailed")
-    assert "waiting for the provider's InferencePool pools/default-qwen-pool" in condition(md, "GatewayReady")["message"]
-    assert await get_obj(cluster, POOL, "InferencePool", "qwen") is None  # the provider's to create, not Jetway's
+    try:
+        await cluster.kube.create(
+            {**_md("qwen", cluster.namespace), "spec": {**_md("qwen", cluster.namespace)["spec"], "provider": {"name": "dynamo"}}}
+        )
+        dgd = await eventually(
+            lambda: get_obj(cluster, "nvidia.com/v1alpha1", "DynamoGraphDeployment", "qwen"), timeout=TIMEOUT, message="DGD"
+        )
+        await cluster.kube.patch(dgd, {"status": {"state": "successful"}}, subresource="status")
+        md = await wait_reason(cluster, "InferencePoolFailed")
+        assert f"waiting for the provider's InferencePool {pools}/{pool_name}" in condition(md, "GatewayReady")["message"]
+        assert await get_obj(cluster, POOL, "InferencePool", "qwen") is None  # the provider's to create, not Jetway's
 
-    await cluster.kube.create(
-        {
-            "apiVersion": POOL,
-            "kind": "InferencePool",
-            "metadata": {"name": "default-qwen-pool", "namespace": "pools"},
-            "spec": {"selector": {"matchLabels": {"app": "x"}}, "targetPorts": [{"number": 8000}]},
-        }
-    )
-    await wait_reason(cluster, "GatewayConfigured")
-    route = await cluster.kube.get(ROUTES, "HTTPRoute", "qwen", "default")
-    assert route["spec"]["rules"][0]["backendRefs"] == [
-        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "default-qwen-pool", "namespace": "pools"}
-    ]
-    grant = await cluster.kube.get("gateway.networking.k8s.io/v1beta1", "ReferenceGrant", "default-qwen-pool-referencegrant", "pools")
-    assert grant["spec"]["from"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "default"}]
-    assert grant["spec"]["to"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "default-qwen-pool"}]
+        await cluster.kube.create(
+            {
+                "apiVersion": POOL,
+                "kind": "InferencePool",
+                "metadata": {"name": pool_name, "namespace": pools},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "x"}},
+                    "targetPorts": [{"number": 8000}],
+                    "endpointPickerRef": {"name": "x-epp", "port": {"number": 9002}},  # required by upstream's CRD
+                },
+            }
+        )
+        await wait_reason(cluster, "GatewayConfigured")
+        route = await cluster.kube.get(ROUTES, "HTTPRoute", "qwen", cluster.namespace)
+        assert backends(route["spec"]["rules"][0]) == [
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool_name, "namespace": pools}
+        ]
+        grant = await cluster.kube.get("gateway.networking.k8s.io/v1beta1", "ReferenceGrant", f"{pool_name}-referencegrant", pools)
+        assert grant["spec"]["from"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": cluster.namespace}]
+        assert grant["spec"]["to"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool_name}]
+    finally:
+        if cluster.real:  # the config is cluster-scoped and outlives the test: the next workload service registers it afresh
+            await cluster.kube.delete(MDV, "InferenceProviderConfig", "dynamo")
 
 
 def _md(name: str, namespace: str) -> dict[str, Any]:
@@ -209,8 +293,8 @@ def _md(name: str, namespace: str) -> dict[str, Any]:
 
 
 async def test_the_users_own_httproute_is_left_to_them(controller: Controller, cluster: Cluster) -> None:
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "inference", "default", [listener("http")], ready=["http"])
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
     await running_md(cluster, **{"spec.gateway": {"httpRouteRef": "my-route"}})
     md = await wait_reason(cluster, "GatewayConfigured")
     assert "my-route" in condition(md, "GatewayReady")["message"]
@@ -218,8 +302,8 @@ async def test_the_users_own_httproute_is_left_to_them(controller: Controller, c
 
 
 async def test_turning_the_gateway_off_removes_what_jetway_created(controller: Controller, cluster: Cluster) -> None:
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "inference", "default", [listener("http")], ready=["http"])
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
     await running_md(cluster)
     md = await wait_reason(cluster, "GatewayConfigured")
     await cluster.kube.patch(md, {"spec": {"gateway": {"enabled": False}}})
@@ -239,33 +323,76 @@ async def test_turning_the_gateway_off_removes_what_jetway_created(controller: C
 
 
 @pytest.mark.parametrize(
-    ("kind", "api", "reason"), [("InferencePool", POOL, "InferencePoolFailed"), ("HTTPRoute", ROUTES, "HTTPRouteFailed")]
+    ("kind", "resource", "reason"),
+    [("InferencePool", "inferencepools", "InferencePoolFailed"), ("HTTPRoute", "httproutes", "HTTPRouteFailed")],
 )
-async def test_a_write_that_fails_names_its_step(controller: Controller, cluster: Cluster, kind: str, api: str, reason: str) -> None:
-    cluster.need_emulator().forbidden.add(("PATCH", kind))
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "inference", "default", [listener("http")], ready=["http"])
+async def test_a_write_that_fails_names_its_step(controller: Controller, cluster: Cluster, kind: str, resource: str, reason: str) -> None:
+    await forbid(cluster, controller, resource, "patch")
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
     await running_md(cluster)
     md = await wait_reason(cluster, reason)
-    assert "forbidden" in condition(md, "GatewayReady")["message"] and md["status"]["phase"] == "Running"
+    message = condition(md, "GatewayReady")["message"]
+    assert f"{kind}/qwen: " in message and "forbidden" in message and md["status"]["phase"] == "Running"
 
 
-async def test_a_gateway_that_cannot_be_patched_is_gateway_patch_failed(controller: Controller, cluster: Cluster) -> None:
-    cluster.need_emulator().forbidden.add(("PATCH", "Gateway"))
-    await with_gateway_apis(cluster)
-    await make_gateway(cluster, "shared", "gateway-system", [listener("http")], ready=["http"])
+async def test_a_gateway_that_cannot_be_patched_is_gateway_patch_failed(wide_controller: Controller, cluster: Cluster) -> None:
+    shared = await cluster.other_namespace("gateway-system")
+    await forbid(cluster, wide_controller, "gateways", "patch")
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "shared", shared, [listener("http")], ready=["http"])
     await running_md(cluster)
     md = await wait_reason(cluster, "GatewayPatchFailed")
-    assert "gateway-system/shared" in condition(md, "GatewayReady")["message"]
+    message = condition(md, "GatewayReady")["message"]
+    assert f"{shared}/shared" in message and "forbidden" in message
 
 
 async def test_a_running_deployment_becomes_a_member_of_jetways_router(controller: Controller, cluster: Cluster) -> None:
     await running_md(cluster)
     service = await cluster.kube.get("v1", "Service", "qwen", cluster.namespace)
-    await cluster.kube.patch(service, {"spec": {"clusterIP": "10.96.12.34"}})  # what the API server would have allocated
+    if cluster.emulator is not None:  # the emulator allocates no cluster IP: the test does, as a real server would have
+        service = await cluster.kube.patch(service, {"spec": {"clusterIP": "10.96.12.34"}})
+    address = service["spec"]["clusterIP"]
     member = await eventually(
         lambda: get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen"), timeout=TIMEOUT, message="the router member"
     )
     spec = member["spec"]
-    assert (spec["backend"], spec["url"], spec["models"]) == ("vllm-openai", "http://10.96.12.34:8000", [{"name": "Qwen/Qwen3-0.6B"}])
+    assert (spec["backend"], spec["url"], spec["models"]) == ("vllm-openai", f"http://{address}:8000", [{"name": "Qwen/Qwen3-0.6B"}])
     assert member["metadata"]["ownerReferences"][0]["kind"] == "ModelDeployment"
+
+
+async def test_a_router_member_held_by_another_namespaces_deployment_is_left_to_it(
+    wide_controller: Controller, cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Members are cluster-scoped and named after their deployment: a `qwen` in a second namespace finds
+    the name held by the first's member, gets none, and its withdrawal leaves the first's alone."""
+    first = await running_md(cluster)
+    await allocate_ip(cluster, "10.96.0.1")
+    held = await eventually(lambda: member_of(cluster, first["metadata"]["uid"]), timeout=TIMEOUT, message="the first's member")
+    second = dataclasses.replace(cluster, namespace=await cluster.other_namespace("second"))  # the same API, another namespace
+    await running_md(second)
+    await allocate_ip(second, "10.96.0.2")
+    refused = f"ModelDeployment/{second.namespace}/qwen: no router member: resource"
+    await eventually(lambda: refused in caplog.text, timeout=TIMEOUT, message="the second deployment refused the held name")
+    await second.kube.delete(MDV, "ModelDeployment", "qwen", second.namespace)
+    await eventually(lambda: _absent_md(second), timeout=TIMEOUT, message="the second deployment withdrawn and gone")
+    kept = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen")
+    assert kept is not None and kept["metadata"]["uid"] == held["metadata"]["uid"]  # never deleted (and made again)
+
+
+async def allocate_ip(cluster: Cluster, address: str) -> None:
+    """The model Service's cluster IP: a real server allocated one; on the emulator the test does."""
+    if cluster.emulator is not None:
+        service = await cluster.kube.get("v1", "Service", "qwen", cluster.namespace)
+        await cluster.kube.patch(service, {"spec": {"clusterIP": address}})
+
+
+async def member_of(cluster: Cluster, owner_uid: str) -> dict[str, Any] | None:
+    """The router member `qwen`, once it is `owner_uid`'s."""
+    found = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen")
+    owners = (found or {}).get("metadata", {}).get("ownerReferences") or [{}]
+    return found if found and owners[0].get("uid") == owner_uid else None
+
+
+async def _absent_md(cluster: Cluster) -> bool:
+    return await get_md(cluster) is None

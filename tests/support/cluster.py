@@ -14,6 +14,7 @@ another project's controller publishes its object's status.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -24,11 +25,13 @@ import pytest
 import yaml
 
 from runtime.kube import Gone, Kube, KubeError
+from tests.cluster import thirdparty
 from tests.support.kubeemu import KubeEmulator
 from tests.support.waiting import eventually
 
 CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 CRD_API = "apiextensions.k8s.io/v1"
+RBAC_API = "rbac.authorization.k8s.io/v1"
 
 
 @dataclass(frozen=True)
@@ -46,20 +49,89 @@ class Cluster:
     emulator: KubeEmulator | None
     server: RealServer | None = None
     installed: list[str] = field(default_factory=list)  # CRDs this test installed, removed after it
+    namespaces: list[str] = field(default_factory=list)  # more namespaces this test made, removed after it
+    cluster_roles: list[str] = field(default_factory=list)  # ClusterRoles (and their bindings) of those identities
+    files: tempfile.TemporaryDirectory[str] | None = None  # kubeconfigs of the identities this test made
 
     @property
     def real(self) -> bool:
         return self.emulator is None
 
-    async def connect(self) -> Kube:
-        """Another client to the same API (each service has its own, as separate pods do)."""
+    async def connect(self, kubeconfig: str | None = None) -> Kube:
+        """Another client to the same API (each service has its own, as separate pods do); on a real
+        server as the identity `kubeconfig` holds, when given (see `identity`)."""
         if self.emulator is not None:
             kube = Kube.at(self.emulator.url)
         else:
             assert self.server is not None
-            kube = await Kube.connect(self.server.kubeconfig)
+            kube = await Kube.connect(kubeconfig or self.server.kubeconfig)
         await kube.discover()
         return kube
+
+    async def other_namespace(self, suffix: str) -> str:
+        """A second namespace for the test: on a real server a new one (removed after the test); the
+        emulator needs none made and takes `suffix` as it is."""
+        if self.emulator is not None:
+            return suffix
+        name = f"{self.namespace}-{suffix}"
+        await self.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        self.namespaces.append(name)
+        return name
+
+    async def install_gateway_apis(self) -> None:
+        """The Gateway API and Inference Extension CRDs: upstream's own on a real server (their schemas,
+        defaults and CEL rules); on the emulator the stand-ins, so that it needs no Go."""
+        if self.emulator is not None:
+            for crd in gateway_api_crds():
+                self.emulator.install(crd)
+            await self.kube.discover()
+            return
+        for crd in thirdparty.gateway_api_crds():
+            await self.install(crd)
+
+    async def identity(self, name: str, rules: list[dict[str, Any]]) -> str:
+        """A kubeconfig for a ServiceAccount `name` of the test's namespace holding only `rules`, bound
+        cluster-wide as deploy/ binds each service's ClusterRole (removed after the test), with a token
+        from the TokenRequest API: the real server authorizes its requests by RBAC. Real servers only
+        (the emulator has no RBAC: its `forbidden` hook refuses a verb)."""
+        assert self.server is not None, "the emulator has no RBAC"
+        self.need_cluster_wide()
+        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": self.namespace}}
+        await self.kube.create(account)
+        role = {"name": f"{self.namespace}-{name}"}
+        self.cluster_roles.append(role["name"])
+        await self.kube.create({"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": role, "rules": rules})
+        await self.kube.create(
+            {
+                "apiVersion": RBAC_API,
+                "kind": "ClusterRoleBinding",
+                "metadata": role,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["name"]},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.namespace}],
+            }
+        )
+        first = rules[0]  # RBAC takes new bindings from a cache: wait until the authorizer has this one
+        attributes = {"verb": first["verbs"][0], "group": first["apiGroups"][0], "resource": first["resources"][0]}
+        user = f"system:serviceaccount:{self.namespace}:{name}"
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": attributes},
+        }
+
+        async def allowed() -> bool:
+            answer = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review)
+            return bool(answer.get("status", {}).get("allowed"))
+
+        await eventually(allowed, timeout=30, message=f"{user} authorized")
+        issued = await self.kube.request(
+            "POST",
+            f"/api/v1/namespaces/{self.namespace}/serviceaccounts/{name}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        )
+        if self.files is None:
+            self.files = tempfile.TemporaryDirectory(prefix="jetway-identity-")
+        return _token_kubeconfig(self.server.kubeconfig, name, issued["status"]["token"], Path(self.files.name))
 
     def need_emulator(self) -> KubeEmulator:
         if self.emulator is None:
@@ -144,9 +216,6 @@ class Cluster:
     async def pods_of(self, kind: str, name: str) -> list[dict[str, Any]]:
         """The pods a Deployment's ReplicaSets or a Job made (by the owner chain)."""
         pods, _ = await self.kube.list("v1", "Pod", self.namespace)
-        for pod in pods:  # a real server's list items carry no apiVersion or kind
-            pod.setdefault("apiVersion", "v1")
-            pod.setdefault("kind", "Pod")
         if kind == "Job":
             return [p for p in pods if _owned_by(p, "Job", name)]
         sets, _ = await self.kube.list("apps/v1", "ReplicaSet", self.namespace)
@@ -175,6 +244,24 @@ class Cluster:
             await self.kube.patch(pod, {"status": status}, subresource="status")
 
 
+def _token_kubeconfig(admin: str, name: str, token: str, folder: Path) -> str:
+    """A kubeconfig for the server `admin` names, authenticating with `token` alone."""
+    config = yaml.safe_load(Path(admin).read_text())
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config.get("current-context", c["name"]))
+    server = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+    mine = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": name,
+        "clusters": [server],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": server["name"], "user": name}}],
+    }
+    path = folder / f"{name}.kubeconfig"
+    path.write_text(yaml.safe_dump(mine))
+    return str(path)
+
+
 def _owned_by(obj: dict[str, Any], kind: str, name: str) -> bool:
     return any(o.get("kind") == kind and o.get("name") == name for o in obj["metadata"].get("ownerReferences", []))
 
@@ -196,8 +283,15 @@ async def cluster_for_tests(server: RealServer | None = None) -> AsyncIterator[C
             yield found
         finally:
             await found.remove_installed()
-            with contextlib.suppress(KubeError):
-                await kube.delete("v1", "Namespace", namespace)
+            for role in found.cluster_roles:
+                for kind in ("ClusterRoleBinding", "ClusterRole"):
+                    with contextlib.suppress(KubeError):
+                        await kube.delete(RBAC_API, kind, role)
+            for made in [namespace, *found.namespaces]:
+                with contextlib.suppress(KubeError):
+                    await kube.delete("v1", "Namespace", made)
+            if found.files is not None:
+                found.files.cleanup()
             await kube.close()
         return
     emulator = await KubeEmulator(bookmark_interval=0.2).start()
