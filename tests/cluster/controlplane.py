@@ -42,6 +42,10 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
+    # a PVC or PV in use keeps its protection finalizer until this releases it: without it, every test
+    # namespace holding a PVC would stay Terminating for the rest of the session
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 
 

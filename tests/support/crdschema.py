@@ -160,7 +160,7 @@ def validate_resource(
     violations (strict field validation)."""
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     if pruned is not None:  # apiVersion, kind and metadata are the server's own, never pruned
-        identity = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+        identity: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
         obj, dropped = prune({k: v for k, v in obj.items() if k not in identity}, schema)
         obj.update(identity)
         pruned += dropped
