@@ -15,6 +15,10 @@ ENGINE_TYPE = "airunway.ai/engine-type"
 MODEL_SOURCE = "airunway.ai/model-source"
 JOB_TYPE = "airunway.ai/job-type"
 PAUSED = "airunway.ai/reconcile-paused"
+# A cluster-scoped object cannot name a namespaced owner (the garbage collector never resolves it), so such
+# an object records its owner here, and the writer checks it as it checks a controller reference.
+OWNER_UID = "jetway.dev/owner-uid"
+MODEL_DEPLOYMENT_NAMESPACE = "jetway.dev/model-deployment-namespace"  # with MODEL_DEPLOYMENT, on cluster-scoped objects
 
 
 NAME_LIMIT = 63  # a Service's name (DNS-1035 label) and a label value
@@ -35,6 +39,12 @@ def owner_references(key: Key, uid: str, *, api_version: str = "airunway.ai/v1al
     if not uid:
         return []
     return [{"apiVersion": api_version, "kind": key.kind, "name": key.name, "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+
+
+def cluster_scoped_name(key: Key) -> str:
+    """The name of a cluster-scoped object made for a namespaced resource: `<name>.<namespace>`, unique
+    across namespaces (both parts are DNS labels, so the dot cannot be ambiguous)."""
+    return f"{key.name}.{key.namespace}" if key.namespace else key.name
 
 
 def metadata(name: str, key: Key, uid: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:

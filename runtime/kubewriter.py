@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from contracts.objects import MODEL_DEPLOYMENT, OWNER_UID
 from contracts.subjects import Key
 from runtime.kube import Kube, KubeError, NotFound
 
@@ -19,7 +20,14 @@ class NotServed(Exception):
 
 
 def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
-    return next((o for o in obj.get("metadata", {}).get("ownerReferences") or [] if o.get("controller")), None)
+    """The owner that controls `obj`: its controller reference, or for a cluster-scoped object made for a
+    namespaced resource, the owner uid it records (an owner reference there would be invalid)."""
+    meta = obj.get("metadata", {})
+    found = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    if found is None and (meta.get("annotations") or {}).get(OWNER_UID):
+        labels = meta.get("labels") or {}
+        found = {"kind": "ModelDeployment", "name": labels.get(MODEL_DEPLOYMENT, meta.get("name")), "uid": meta["annotations"][OWNER_UID]}
+    return found
 
 
 class KubeWriter:

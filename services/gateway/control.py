@@ -20,7 +20,17 @@ from contracts.events import StatusCondition, StatusSlice
 from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView, NoGateway, choose_gateway
 from contracts.modeldeployment import ModelDeployment
-from contracts.objects import MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, child_name, metadata, owner_references, ref
+from contracts.objects import (
+    MANAGED_BY,
+    MANAGER,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_NAMESPACE,
+    OWNER_UID,
+    child_name,
+    cluster_scoped_name,
+    metadata,
+    ref,
+)
 from contracts.providerconfig import EngineGateway
 from contracts.subjects import Key
 
@@ -269,12 +279,13 @@ def member(inputs: Inputs) -> dict[str, Any] | None:
     if not inputs.cluster or not inputs.running or not inputs.endpoint or not inputs.service_ip or inputs.service_ip == "None":
         return None
     served = inputs.md.spec.model.servedName or inputs.md.spec.model.id or inputs.key.name
-    meta = {
-        "name": inputs.key.name,
-        "namespace": inputs.key.namespace,
-        "labels": _labels(inputs.key),
-        "ownerReferences": owner_references(inputs.key, inputs.uid),
+    # cluster-scoped (the spec ignores its namespace): named apart per namespace, owned by annotation
+    meta: dict[str, Any] = {
+        "name": cluster_scoped_name(inputs.key),
+        "labels": {**_labels(inputs.key), MODEL_DEPLOYMENT_NAMESPACE: inputs.key.namespace},
     }
+    if inputs.uid:
+        meta["annotations"] = {OWNER_UID: inputs.uid}
     return {
         "apiVersion": MEMBER_API,
         "kind": "InferencePoolMember",

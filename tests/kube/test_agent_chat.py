@@ -59,7 +59,7 @@ async def test_an_agent_bound_to_a_deployment_gets_answers_through_jetways_route
             member_url = f"http://{service['spec']['clusterIP']}:8000"
 
             async def member() -> dict[str, Any] | None:
-                found = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen")
+                found = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}")
                 return found if found and found["spec"]["url"] == member_url else None
 
             await eventually(member, timeout=TIMEOUT, message="the router's member at the Service's cluster IP")

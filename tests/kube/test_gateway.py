@@ -354,30 +354,64 @@ async def test_a_running_deployment_becomes_a_member_of_jetways_router(controlle
         service = await cluster.kube.patch(service, {"spec": {"clusterIP": "10.96.12.34"}})
     address = service["spec"]["clusterIP"]
     member = await eventually(
-        lambda: get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen"), timeout=TIMEOUT, message="the router member"
+        lambda: get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}"),
+        timeout=TIMEOUT,
+        message="the router member",
     )
     spec = member["spec"]
     assert (spec["backend"], spec["url"], spec["models"]) == ("vllm-openai", f"http://{address}:8000", [{"name": "Qwen/Qwen3-0.6B"}])
-    assert member["metadata"]["ownerReferences"][0]["kind"] == "ModelDeployment"
+    md = await get_md(cluster) or {}
+    # cluster-scoped: an owner reference to a namespaced owner would be invalid (never collected), so the
+    # owner is recorded by annotation and labels, and Jetway deletes the member itself
+    assert not member["metadata"].get("ownerReferences")
+    assert member["metadata"]["annotations"]["jetway.dev/owner-uid"] == md["metadata"]["uid"]
+    assert member["metadata"]["labels"]["jetway.dev/model-deployment-namespace"] == cluster.namespace
 
 
-async def test_a_router_member_held_by_another_namespaces_deployment_is_left_to_it(
-    wide_controller: Controller, cluster: Cluster, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Members are cluster-scoped and named after their deployment: a `qwen` in a second namespace finds
-    the name held by the first's member, gets none, and its withdrawal leaves the first's alone."""
+async def test_same_named_deployments_in_two_namespaces_each_get_a_router_member(wide_controller: Controller, cluster: Cluster) -> None:
+    """Members are cluster-scoped: each is named `<name>.<namespace>`, so a `qwen` in a second namespace gets
+    a member of its own, and its withdrawal deletes only that one."""
     first = await running_md(cluster)
     await allocate_ip(cluster, "10.96.0.1")
     held = await eventually(lambda: member_of(cluster, first["metadata"]["uid"]), timeout=TIMEOUT, message="the first's member")
     second = dataclasses.replace(cluster, namespace=await cluster.other_namespace("second"))  # the same API, another namespace
-    await running_md(second)
+    made = await running_md(second)
     await allocate_ip(second, "10.96.0.2")
-    refused = f"ModelDeployment/{second.namespace}/qwen: no router member: resource"
-    await eventually(lambda: refused in caplog.text, timeout=TIMEOUT, message="the second deployment refused the held name")
+    await eventually(lambda: member_of(second, made["metadata"]["uid"]), timeout=TIMEOUT, message="the second's own member")
     await second.kube.delete(MDV, "ModelDeployment", "qwen", second.namespace)
     await eventually(lambda: _absent_md(second), timeout=TIMEOUT, message="the second deployment withdrawn and gone")
-    kept = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen")
+    await eventually(lambda: _no_member(second), timeout=TIMEOUT, message="the second's member deleted with it")
+    kept = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}")
     assert kept is not None and kept["metadata"]["uid"] == held["metadata"]["uid"]  # never deleted (and made again)
+
+
+async def test_a_member_name_held_by_something_else_is_left_alone(
+    controller: Controller, cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member of that name that Jetway did not make (a user's own) is not written over."""
+    theirs = {
+        "apiVersion": "airdress.co/v1alpha1",
+        "kind": "InferencePoolMember",
+        "metadata": {"name": f"qwen.{cluster.namespace}"},
+        "spec": {"backend": "echo", "models": [{"name": "mine"}]},
+    }
+    await cluster.kube.create(theirs)
+    try:
+        await running_md(cluster)
+        await allocate_ip(cluster, "10.96.0.3")
+        refused = f"ModelDeployment/{cluster.namespace}/qwen: no router member: resource"
+        await eventually(lambda: refused in caplog.text, timeout=TIMEOUT, message="the held name refused")
+        found = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}") or {}
+        assert found["spec"]["backend"] == "echo" and found["spec"]["models"] == [{"name": "mine"}]
+        await cluster.kube.delete(MDV, "ModelDeployment", "qwen", cluster.namespace)
+        await eventually(lambda: _absent_md(cluster), timeout=TIMEOUT, message="withdrawn and gone")
+        assert await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}"), "not deleted"
+    finally:
+        await cluster.kube.delete("airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}")
+
+
+async def _no_member(cluster: Cluster) -> bool:
+    return await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}") is None
 
 
 async def allocate_ip(cluster: Cluster, address: str) -> None:
@@ -388,10 +422,10 @@ async def allocate_ip(cluster: Cluster, address: str) -> None:
 
 
 async def member_of(cluster: Cluster, owner_uid: str) -> dict[str, Any] | None:
-    """The router member `qwen`, once it is `owner_uid`'s."""
-    found = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", "qwen")
-    owners = (found or {}).get("metadata", {}).get("ownerReferences") or [{}]
-    return found if found and owners[0].get("uid") == owner_uid else None
+    """The router member of this namespace's `qwen`, once it is `owner_uid`'s."""
+    found = await get_obj(cluster, "airdress.co/v1alpha1", "InferencePoolMember", f"qwen.{cluster.namespace}")
+    owner = ((found or {}).get("metadata", {}).get("annotations") or {}).get("jetway.dev/owner-uid")
+    return found if found and owner == owner_uid else None
 
 
 async def _absent_md(cluster: Cluster) -> bool:
