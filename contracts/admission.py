@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from contracts.agents import AgentDeployment, AgentProviderConfig
-from contracts.kinds import KINDS, KindInfo
-from contracts.meta import WireModel
+from contracts.kinds import AIRDRESS_GROUP, KINDS, KindInfo
+from contracts.meta import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, WireModel, is_dns_label, is_dns_subdomain
 from contracts.modeldeployment import ModelDeployment
 from contracts.poolmember import InferencePoolMember
-from contracts.problems import PathPart, Problem, at, field_path, from_validation_error, type_name
+from contracts.problems import PathPart, Problem, at, field_path, from_validation_error, show, type_name
 from contracts.providerconfig import InferenceProviderConfig
 from contracts.rules import agents as agent_rules
 from contracts.rules import modeldeployment as md_rules
@@ -123,21 +123,63 @@ def admit(doc: Any, *, old: WireModel | None = None) -> Admission:
     if info is None:
         return verdict
     marked = placeholders(doc)
+    identity = identity_problems(info, metadata)
     body = {**doc, "apiVersion": info.api_version, "kind": info.kind}
     try:
         parsed = info.model.model_validate(body)
     except ValidationError as exc:
         verdict.problems += from_validation_error(exc, info.model)
+        verdict.problems += _at_new_paths(identity, verdict.problems)
         verdict.problems = _without_placeholder_paths(verdict.problems, marked) + marked
         return verdict
     obj = _DEFAULTS.get(info.kind, _identity)(parsed)
     found, warnings = _CHECKS[info.kind](obj, old is None)
     if old is not None and info.kind in _UPDATE_CHECKS:
         found += _UPDATE_CHECKS[info.kind](_DEFAULTS.get(info.kind, _identity)(old), obj)
+    found = _at_new_paths(identity, found) + found
     verdict.problems += _without_placeholder_paths(found, marked) + marked
     verdict.warnings = warnings
     verdict.obj = obj
     return verdict
+
+
+def identity_problems(info: KindInfo, metadata: Any) -> list[Problem]:
+    """Name and namespace as Kubernetes bounds them, for every kind: they become event subjects,
+    object names and labels, so an unbounded one must never get past admission."""
+    if not isinstance(metadata, dict):
+        return []  # the model says what is wrong with it
+    problems = []
+    namespace = metadata.get("namespace")
+    if isinstance(namespace, str) and namespace and not is_dns_label(namespace):
+        problems.append(
+            at(
+                ["metadata", "namespace"],
+                f"must be a DNS label of at most {DNS_LABEL_MAX} characters (lower-case letters, digits and '-', "
+                f"starting and ending with a letter or digit), as Kubernetes namespaces are ({_got(namespace)})",
+            )
+        )
+    name = metadata.get("name")
+    # InferencePoolMember names are the Airdress operator's (any text but '/', whitespace and control
+    # characters, 253 at most: rules/poolmember.py); the AI Runway kinds are Kubernetes objects.
+    if info.group != AIRDRESS_GROUP and isinstance(name, str) and name and not is_dns_subdomain(name):
+        problems.append(
+            at(
+                ["metadata", "name"],
+                f"must be a DNS subdomain of at most {DNS_SUBDOMAIN_MAX} characters (lower-case letters, digits, '-' and '.', "
+                f"starting and ending with a letter or digit), as Kubernetes object names are ({_got(name)})",
+            )
+        )
+    return problems
+
+
+def _got(value: str) -> str:
+    return f"got {len(value)} characters" if len(value) > DNS_LABEL_MAX else f"got {show(value)}"
+
+
+def _at_new_paths(extra: list[Problem], problems: list[Problem]) -> list[Problem]:
+    """`extra` problems at paths `problems` do not already explain (a kind's own name rule says it better)."""
+    paths = {p.path for p in problems}
+    return [p for p in extra if p.path not in paths]
 
 
 def _without_placeholder_paths(problems: list[Problem], marked: list[Problem]) -> list[Problem]:

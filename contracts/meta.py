@@ -97,8 +97,12 @@ class Condition(WireModel):
     message: Annotated[str, Field(max_length=32768)]
 
 
+DNS_LABEL_MAX = 63
+DNS_SUBDOMAIN_MAX = 253
+
+
 def is_dns_label(value: str) -> bool:
-    return len(value) <= 63 and re.fullmatch(DNS_LABEL, value) is not None
+    return len(value) <= DNS_LABEL_MAX and re.fullmatch(DNS_LABEL, value) is not None
 
 
 def is_dns1035_label(value: str) -> bool:
@@ -106,4 +110,4 @@ def is_dns1035_label(value: str) -> bool:
 
 
 def is_dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and re.fullmatch(DNS_SUBDOMAIN, value) is not None
+    return len(value) <= DNS_SUBDOMAIN_MAX and re.fullmatch(DNS_SUBDOMAIN, value) is not None

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from contracts.agents import ANNOTATION_AGENT_CATALOG, AgentDeployment, AgentProviderConfig, CatalogEntry
+from contracts.documents import MAX_DEPTH, TooDeep, check_depth
 from contracts.meta import is_dns1035_label
 from contracts.problems import Problem, at, from_validation_error, type_name
 from contracts.rules.overrides import check_overrides
@@ -25,6 +26,9 @@ def parse_catalog(text: str) -> tuple[list[CatalogEntry], list[Problem]]:
     base = annotation_path(ANNOTATION_AGENT_CATALOG)
     try:
         items: Any = json.loads(text)
+        check_depth(items)  # pydantic and our messages recurse into it: bounded like every document
+    except (RecursionError, TooDeep):
+        return [], [Problem(path=base, message=f"must be JSON nested at most {MAX_DEPTH} levels deep")]
     except json.JSONDecodeError as exc:
         return [], [Problem(path=base, message=f"must be valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")]
     if not isinstance(items, list):

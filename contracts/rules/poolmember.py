@@ -8,6 +8,7 @@ from contracts.poolmember import InferencePoolMember, MemberTraits
 from contracts.problems import Problem, at
 from contracts.rules.urls import base_url_problem
 
+MAX_NAME = 253
 SECRET_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 SECRET_NAME_WORDS = "must be a secret name: letters, digits, '.', '_' and '-', starting and ending with a letter or digit"
 
@@ -37,6 +38,10 @@ def check(member: InferencePoolMember) -> tuple[list[Problem], list[str]]:
     if transport == "operator-signal":
         if not spec.computeOperatorRef:
             problems.append(at(["spec", "computeOperatorRef"], "required when transport is operator-signal"))
+        elif len(spec.computeOperatorRef) > MAX_NAME:  # it becomes a NATS subject token: bounded like a name
+            problems.append(
+                at(["spec", "computeOperatorRef"], f"must be at most {MAX_NAME} characters (got {len(spec.computeOperatorRef)})")
+            )
     elif spec.computeOperatorRef is not None:
         problems.append(
             at(

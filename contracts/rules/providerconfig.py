@@ -9,6 +9,7 @@ from typing import Any
 import cel
 from pydantic import BaseModel, ValidationError
 
+from contracts.documents import MAX_DEPTH, TooDeep, check_depth
 from contracts.problems import PathPart, Problem, at, from_validation_error, type_name
 from contracts.providerconfig import (
     ANNOTATION_CAPABILITIES,
@@ -76,6 +77,9 @@ def _check_json_annotation(key: str, text: str, model: type[BaseModel]) -> list[
     base = annotation_path(key)
     try:
         value: Any = json.loads(text)
+        check_depth(value)  # pydantic and our messages recurse into it: bounded like every document
+    except (RecursionError, TooDeep):
+        return [Problem(path=base, message=f"must be JSON nested at most {MAX_DEPTH} levels deep")]
     except json.JSONDecodeError as exc:
         return [Problem(path=base, message=f"must be valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")]
     if not isinstance(value, dict):
