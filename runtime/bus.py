@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+from nats.errors import BadSubjectError
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
@@ -64,8 +68,51 @@ class StreamSettings:
         )
 
 
-async def connect(url: str, *, name: str, connect_timeout: float = 10.0) -> Client:
-    """A connection that reconnects forever; the first connect retries for `connect_timeout`."""
+# NATS closes a connection for good (no reconnect) when a protocol line passes its
+# max_control_line, 4,096 bytes by default; a subject is most of such a line. Jetway's longest
+# subject (a 253-character member name of 4-byte characters, hex-escaped) is about 3,100 bytes:
+# this leaves room for the verb, the reply inbox, the sizes and JetStream's API prefixes.
+MAX_SUBJECT_BYTES = 3584
+
+
+class SubjectTooLong(BadSubjectError):
+    """A subject NATS would answer by closing the connection; refused before anything is sent."""
+
+    def __init__(self, subject: str) -> None:
+        super().__init__()
+        self.size = len(subject.encode())
+        self.head = subject[:60]
+
+    def __str__(self) -> str:
+        return f"NATS subject of {self.size} bytes ({self.head}...) is longer than the {MAX_SUBJECT_BYTES}-byte bound"
+
+
+def check_subject(subject: str) -> None:
+    if len(subject) > MAX_SUBJECT_BYTES // 4 and len(subject.encode()) > MAX_SUBJECT_BYTES:
+        raise SubjectTooLong(subject)
+
+
+class BoundedClient(Client):
+    """nats-py's client that refuses over-long subjects with SubjectTooLong instead of sending them.
+
+    Every way out goes through `publish` (requests and JetStream too) or `subscribe`."""
+
+    async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None) -> None:
+        check_subject(subject)
+        check_subject(reply)
+        await super().publish(subject, payload, reply, headers)
+
+    async def subscribe(self, subject: str, *args: Any, **kwargs: Any) -> Subscription:
+        check_subject(subject)
+        return await super().subscribe(subject, *args, **kwargs)
+
+
+async def connect(url: str, *, name: str, connect_timeout: float = 10.0, on_closed: Callable[[], None] | None = None) -> Client:
+    """A connection that reconnects forever; the first connect retries for `connect_timeout`.
+
+    NATS still closes it for good on some protocol errors; `on_closed` hears of it (and of our
+    own close), so the process can stop or report itself unhealthy rather than run on without a bus.
+    """
 
     async def disconnected() -> None:
         log.info("disconnected from NATS", extra={"client": name})
@@ -76,15 +123,21 @@ async def connect(url: str, *, name: str, connect_timeout: float = 10.0) -> Clie
     async def error(exc: Exception) -> None:
         log.debug("NATS client error: %s", exc, extra={"client": name})
 
+    async def closed() -> None:
+        log.info("NATS connection closed", extra={"client": name, "error": str(client.last_error or "")})
+        if on_closed is not None:
+            on_closed()
+
     # nats-py retries the first connection for as long as reconnects are allowed (forever
     # here), so the first connection gets its own deadline.
+    client = BoundedClient()
     try:
-        return await asyncio.wait_for(
-            nats.connect(
+        await asyncio.wait_for(
+            client.connect(
                 url,
                 name=name,
                 max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25,
+                reconnect_time_wait=0.25,  # type: ignore[arg-type]  # seconds, a float (nats-py's hint says int)
                 allow_reconnect=True,
                 connect_timeout=2,
                 ping_interval=5,
@@ -92,9 +145,11 @@ async def connect(url: str, *, name: str, connect_timeout: float = 10.0) -> Clie
                 disconnected_cb=disconnected,
                 reconnected_cb=reconnected,
                 error_cb=error,
+                closed_cb=closed,
             ),
             connect_timeout,
         )
+        return client
     except (TimeoutError, OSError, nats.errors.NoServersError) as exc:
         raise ConnectionError(f"cannot reach NATS at {url}: {type(exc).__name__} after {connect_timeout:.0f}s") from exc
 

@@ -30,11 +30,13 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnav
 from contracts.events import Envelope, Event, UndecodableEvent, decode, encode, new_envelope
 from contracts.subjects import ALL_EVENTS, SPEC, Key, kind_filter
 from runtime import telemetry
-from runtime.bus import EVENTS_STREAM
+from runtime.bus import EVENTS_STREAM, check_subject
 
 log = logging.getLogger("jetway.eventstore")
 
 WRONG_LAST_SEQUENCE = 10071
+_HEADER_LINE = b"NATS/1.0\r\n"
+_HEADER_ALLOWANCE = 512  # message id, expected sequence and trace headers, with room to spare
 _LAST = re.compile(r"wrong last sequence: (\d+)")
 _TRANSIENT = (
     nats.errors.TimeoutError,
@@ -54,6 +56,16 @@ class Conflict(Exception):
         self.subject = subject
         self.expected = expected
         self.actual = actual
+
+
+class EventTooLarge(Exception):
+    """An event larger than the NATS server takes in one message (its max_payload); nothing was sent."""
+
+    def __init__(self, subject: str, size: int, limit: int) -> None:
+        super().__init__(f"{subject}: the event is {size} bytes, more than the {limit} bytes NATS takes in one message")
+        self.subject = subject
+        self.size = size
+        self.limit = limit
 
 
 class StoreUnavailable(Exception):
@@ -119,6 +131,10 @@ class EventStore:
         if expected_seq is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_seq)
         data = encode(envelope)
+        # The server refuses (and nats-py raises a bare MaxPayloadError for) a message past its
+        # max_payload, which counts the headers too: say what is too large before trying.
+        self._check_size(subject, len(data) + len(_HEADER_LINE) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 2)
+        check_subject(subject)
         deadline = time.monotonic() + self.append_timeout
         delay = 0.05
         while True:
@@ -142,6 +158,16 @@ class EventStore:
                 delay = min(delay * 2, 1.0)
                 continue
             return msgspec.structs.replace(envelope, seq=ack.seq)
+
+    def check_fits(self, subject: str, event: Event) -> None:
+        """EventTooLarge now for an event `append` would refuse: a writer of several events checks
+        the later ones before storing the first, so nothing is half-written."""
+        envelope = new_envelope(subject, event, producer=self.producer, trace=telemetry.current_trace())
+        self._check_size(subject, len(encode(envelope)) + _HEADER_ALLOWANCE)
+
+    def _check_size(self, subject: str, size: int) -> None:
+        if size > self.nc.max_payload:
+            raise EventTooLarge(subject, size, self.nc.max_payload)
 
     async def _stored_seq_of(self, subject: str, msg_id: str) -> int:
         try:
