@@ -29,6 +29,7 @@ from typing import Any
 import httptools
 import msgspec
 
+from contracts.documents import DocumentError, load_json
 from contracts.subjects import Key
 from services.gateway import decide, echo
 from services.gateway.projection import Member, Members
@@ -479,9 +480,9 @@ def _bad(message: str, param: str | None = None) -> tuple[int, bytes]:
 async def complete(client: HttpConnection, request: Request, *, chat: bool) -> None:
     routes = client.routes
     try:
-        body = _decode(request.body) if request.body else None
-    except msgspec.DecodeError as exc:
-        client.respond(*_bad(f"the request body is not valid JSON: {exc}"))
+        body = load_json(request.body) if request.body else None  # depth-bounded (contracts/documents.py)
+    except DocumentError as exc:
+        client.respond(*_bad(f"cannot read the request body: {exc}"))
         return
     if not isinstance(body, dict):
         client.respond(*_bad("the request body must be a JSON object"))

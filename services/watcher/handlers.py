@@ -20,7 +20,7 @@ from contracts.modeldeployment import ModelDeployment
 from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import ALL_EVENTS, SPEC, Key
-from runtime.eventstore import Conflict
+from runtime.eventstore import Conflict, EventTooLarge
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
 from services.watcher.apply import Plan, Stale, key_of, plan, policy
@@ -39,6 +39,10 @@ REPORTING_KINDS = ("InferenceProviderConfig", "AgentProviderConfig")
 class Refused:
     status: int
     problems: list[Problem]
+
+
+def too_large(exc: EventTooLarge) -> str:
+    return f"its event would be {exc.size} bytes, more than the {exc.limit} bytes NATS takes in one message (its max_payload)"
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,10 @@ class WatcherService(Service):
                 if isinstance(decision, Stale):
                     return Refused(409, [Problem(path="metadata.resourceVersion", message=decision.message)])
                 if decision.event is None:
-                    reported = await self._record_reported_status(decision.key, doc, dry_run)
+                    try:
+                        reported = await self._record_reported_status(decision.key, doc, dry_run)
+                    except EventTooLarge as exc:
+                        return Refused(413, [Problem(path="status", message=f"the status is too large to store: {too_large(exc)}")])
                     if reported and decision.action == "unchanged":
                         decision = Plan(
                             decision.key, "configured", decision.generation, decision.previous_generation, None, decision.expected_seq
@@ -130,11 +137,16 @@ class WatcherService(Service):
                     return decision, verdict
                 subject = decision.key.subject(SPEC)
                 try:
+                    pending = self._reported_event(decision.key, doc, dry_run)
+                    if pending is not None:  # checked before the spec is stored: all or nothing
+                        self.runner.store.check_fits(decision.key.subject(REPORTED), pending)
                     # the facet's last sequence: the resource's version, or its deletion when re-created
                     stored = await self.runner.store.append(subject, decision.event, expected_seq=self.runner.seen.get(subject, 0))
                 except Conflict:  # another writer (another watcher replica) got there first: plan again
                     await self.runner.refresh(subject)
                     continue
+                except EventTooLarge as exc:
+                    return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
                 self.runner.fold(stored)
                 await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
                 return Plan(
@@ -144,21 +156,26 @@ class WatcherService(Service):
                 409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
             )
 
-    async def _record_reported_status(self, key: Key, doc: Any, dry_run: bool) -> bool:
-        """Providers report their own readiness: the `status` of an applied provider config is recorded as theirs."""
-        assert self.runner is not None
+    def _reported_event(self, key: Key, doc: Any, dry_run: bool) -> StatusReported | None:
+        """The provider's own status to record with this apply, None when there is nothing new."""
         status = doc.get("status") if isinstance(doc, dict) else None
         if key.kind not in REPORTING_KINDS or not isinstance(status, dict) or dry_run:
-            return False
+            return None
         fields = {k: v for k, v in status.items() if k in ("ready", "version", "lastHeartbeat", "upstreamCRDVersion")}
         current = self.state.resources.items.get(key)
         last = current.decision(REPORTED) if current else None
         if last is not None and last.status.fields == fields:
+            return None
+        return StatusReported(status=StatusSlice(fields=fields))
+
+    async def _record_reported_status(self, key: Key, doc: Any, dry_run: bool) -> bool:
+        """Providers report their own readiness: the `status` of an applied provider config is recorded as theirs."""
+        assert self.runner is not None
+        event = self._reported_event(key, doc, dry_run)
+        if event is None:
             return False
         subject = key.subject(REPORTED)
-        stored = await self.runner.store.append(
-            subject, StatusReported(status=StatusSlice(fields=fields)), expected_seq=self.runner.seen.get(subject, 0)
-        )
+        stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
         self.runner.fold(stored)
         return True
 

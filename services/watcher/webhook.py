@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from contracts.admission import admit
+from contracts.documents import DocumentError, load_json
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
 from contracts.rules import modeldeployment as md_rules
@@ -85,8 +86,8 @@ def review(request: dict[str, Any], *, mutate: bool, allow_link_local: bool = Fa
 def build_app(*, allow_link_local: bool = False) -> web.Application:
     async def handle(request: web.Request, mutate: bool) -> web.Response:
         try:
-            body = json.loads(await request.read())
-        except ValueError:
+            body = load_json(await request.read())  # depth-bounded, like every document we read
+        except DocumentError:
             return web.json_response({"error": "the body must be an AdmissionReview in JSON"}, status=400)
         if not isinstance(body, dict) or body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
             return web.json_response({"error": "expected an AdmissionReview with a request"}, status=400)
