@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-MAX_ALIASES = 100  # YAML anchors are legal but a "billion laughs" file must not hang us
+from contracts.documents import MAX_DECODED_BYTES, DocumentError, TooDeep, load_json, load_yaml_all
 
 
 class Unreadable(Exception):
@@ -24,44 +21,24 @@ class Document:
     body: Any
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    aliases = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_ALIASES:
-                raise Unreadable(f"more than {MAX_ALIASES} YAML aliases; refusing to expand them")
-        return super().compose_node(parent, index)
-
-
 def _parse(text: str, source: str) -> list[Any]:
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            pass  # JSON documents in a YAML stream ("{...}\n---\n{...}") are YAML; read them as such
-        else:
-            return value if isinstance(value, list) else [value]
+    """The documents of one file, within the bounds every entry point uses (contracts/documents.py)."""
+    # A local file has no body limit: its documents may stand for a few times its own size, never
+    # for what an alias bomb expands to.
+    max_bytes = max(MAX_DECODED_BYTES, 4 * len(text))
     try:
-        loader = _BoundedLoader(text)
-        try:
-            documents = []
-            while loader.check_data():
-                documents.append(loader.get_data())
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise Unreadable(f"{source}: cannot parse YAML{where}: {exc.problem or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise Unreadable(f"{source}: cannot parse YAML: {exc}") from exc
-    except Unreadable as exc:
-        raise Unreadable(f"{source}: {exc}") from exc
-    except RecursionError as exc:
-        raise Unreadable(f"{source}: nested too deeply to read") from exc
+        if text.lstrip().startswith(("{", "[")):
+            try:
+                value = load_json(text)
+            except TooDeep:
+                raise
+            except DocumentError:
+                pass  # JSON documents in a YAML stream ("{...}\n---\n{...}") are YAML; read them as such
+            else:
+                return value if isinstance(value, list) else [value]
+        documents = load_yaml_all(text, max_bytes=max_bytes)
+    except DocumentError as exc:
+        raise Unreadable(f"{source}: {exc}") from None
     return [d for d in documents if d is not None]
 
 

@@ -143,7 +143,10 @@ async def up(options: Options) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    nc = await connect(nats.url, name="jetway-up")
+    # nats-py gives up on a connection for good on some server errors: then nothing here works,
+    # so stop and say so (exit 1) rather than keep answering as if healthy.
+    lost = asyncio.Event()
+    nc = await connect(nats.url, name="jetway-up", on_closed=lost.set)
     token = load_token(directory)
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
@@ -154,9 +157,13 @@ async def up(options: Options) -> int:
     try:
         ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-        waiting: list[asyncio.Future[Any]] = [ready, stopped, *tasks]
+        closed: asyncio.Future[Any] = asyncio.ensure_future(lost.wait())
+        waiting: list[asyncio.Future[Any]] = [ready, stopped, closed, *tasks]
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         failed = [t for t in tasks if t.done()]
+        if lost.is_set():
+            say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
+            return 1
         if failed or stop.is_set():
             for task in failed:
                 with contextlib.suppress(Exception):
@@ -184,7 +191,10 @@ async def up(options: Options) -> int:
             except Exception as exc:
                 say(f"{exc}")
                 return 1
-        await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([stopped, closed, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        if lost.is_set() and not stop.is_set():
+            say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
+            return 1
         return 1 if any(t.done() and not t.cancelled() and t.exception() for t in tasks) else 0
     finally:
         say("stopping")
