@@ -69,7 +69,7 @@ def changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
         if value is DELETE:
             del node[last]
         elif isinstance(last, int) and isinstance(node, list) and last == len(node):
-            node.append(value)
+            node.append(copy.deepcopy(value))
         else:
-            node[last] = value
+            node[last] = copy.deepcopy(value)  # a copy: whoever changes the document must not change the caller's value
     return doc
