@@ -14,7 +14,9 @@ import logging
 import secrets
 import signal
 import sys
+import time
 import urllib.request
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,30 @@ async def run_demo(config: ClientConfig) -> None:
     )
 
 
+RESTARTS = 3  # nats-server exits this often within RESTART_WINDOW: give up (it will not stay up)
+RESTART_WINDOW = 60.0
+
+
+async def supervise(nats: NatsServer, stop: asyncio.Event) -> str:
+    """Keep the embedded nats-server running: when it exits (killed, crashed), start it again on the same
+    port and store, so the services' connections reconnect and what JetStream stored is still there.
+    Returns why it gave up, or "" once `stop` is set (the exit is ours)."""
+    started: deque[float] = deque(maxlen=RESTARTS)
+    while True:
+        code = await asyncio.to_thread(nats.wait)
+        if stop.is_set():
+            return ""
+        now = time.monotonic()
+        if len(started) == RESTARTS and now - started[0] < RESTART_WINDOW:
+            return f"nats-server exited {RESTARTS + 1} times within {RESTART_WINDOW:.0f}s (last code {code}); see {nats.log_path}"
+        started.append(now)
+        say(f"warning: nats-server exited (code {code}); starting it again on {nats.url}")
+        try:
+            await asyncio.to_thread(nats.start)
+        except NatsServerError as exc:
+            return str(exc)
+
+
 async def up(options: Options) -> int:
     directory = data_dir(options.data_dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -154,13 +180,18 @@ async def up(options: Options) -> int:
     runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc), Runner(BindingService(), nc)]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
     api_runner = router_server = None
+    supervisor: asyncio.Future[str] | None = None
     try:
         ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         closed: asyncio.Future[Any] = asyncio.ensure_future(lost.wait())
-        waiting: list[asyncio.Future[Any]] = [ready, stopped, closed, *tasks]
+        supervisor = asyncio.ensure_future(supervise(nats, stop))
+        waiting: list[asyncio.Future[Any]] = [ready, stopped, closed, supervisor, *tasks]
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         failed = [t for t in tasks if t.done()]
+        if supervisor.done() and supervisor.result():
+            say(f"error: {supervisor.result()}; stopping")
+            return 1
         if lost.is_set():
             say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
             return 1
@@ -191,7 +222,10 @@ async def up(options: Options) -> int:
             except Exception as exc:
                 say(f"{exc}")
                 return 1
-        await asyncio.wait([stopped, closed, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([stopped, closed, supervisor, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        if supervisor.done() and supervisor.result():
+            say(f"error: {supervisor.result()}; stopping")
+            return 1
         if lost.is_set() and not stop.is_set():
             say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
             return 1
@@ -208,6 +242,8 @@ async def up(options: Options) -> int:
         gateway.routes.pool.close()
         with contextlib.suppress(Exception):
             await nc.drain()
+        if supervisor is not None:
+            supervisor.cancel()  # before the server stops: its exit is ours, not one to restart
         nats.stop()
         say("stopped")
 

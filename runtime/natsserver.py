@@ -116,6 +116,11 @@ class NatsServer:
         self.stop()
         raise NatsServerError(f"nats-server did not become ready in {timeout:.0f}s; see {self.log_path}")
 
+    def wait(self) -> int | None:
+        """Block until the server process exits (its code), or None when none runs. For a supervisor's thread."""
+        process = self._process
+        return process.wait() if process is not None else None
+
     def stop(self, timeout: float = 10.0) -> None:
         """Lame-duck free, graceful stop (SIGTERM), then SIGKILL if it lingers."""
         process, self._process = self._process, None
