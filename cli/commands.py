@@ -176,7 +176,7 @@ def _compute_agent(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from runtime import logs
-    from runtime.bus import connect
+    from runtime.bus import connect, redacted
     from services.gateway.computeagent import ComputeAgent
 
     async def run() -> int:
@@ -197,7 +197,9 @@ def _compute_agent(args: argparse.Namespace) -> int:
             token_file=Path(args.token_file) if args.token_file else None,
             ca_file=Path(args.ca_file) if args.ca_file else None,
         )
-        print(f"jetway compute-agent: {args.name} enrolled on {url}, forwarding to {args.upstream}; Ctrl-C to stop", file=sys.stderr)
+        print(
+            f"jetway compute-agent: {args.name} enrolled on {redacted(url)}, forwarding to {args.upstream}; Ctrl-C to stop", file=sys.stderr
+        )
         await agent.run(stop)
         await nc.drain()
         return 0

@@ -65,9 +65,10 @@ def say(message: str) -> None:
     print(f"jetway up: {message}", file=sys.stderr, flush=True)
 
 
-def load_token(directory: Path) -> str:
-    """The API token: kept in the data dir (mode 0600) so clients keep working across restarts."""
-    path = directory / "token"
+def load_token(directory: Path, name: str = "token") -> str:
+    """A secret kept in the data dir (mode 0600) so clients keep working across restarts: the API token,
+    or the embedded NATS server's password (`nats-password`)."""
+    path = directory / name
     if path.exists():
         token = path.read_text().strip()
         if token:
@@ -130,6 +131,7 @@ async def run_demo(config: ClientConfig) -> None:
     )
 
 
+NATS_USER = "jetway"
 RESTARTS = 3  # nats-server exits this often within RESTART_WINDOW: give up (it will not stay up)
 RESTART_WINDOW = 60.0
 
@@ -161,7 +163,10 @@ async def up(options: Options) -> int:
     logs.setup(options.log_level, json_lines=options.log_format == "json")
     telemetry.setup("up")
     try:
-        nats = NatsServer(store_dir=directory / "nats", port=options.nats_port).start()
+        # the embedded NATS takes no client without the password: a local process cannot publish events
+        # past the apply API's token and validation (D11)
+        password = load_token(directory, "nats-password")
+        nats = NatsServer(store_dir=directory / "nats", port=options.nats_port, user=NATS_USER, password=password).start()
     except NatsServerError as exc:
         say(f"error: {exc}")
         return 1
@@ -172,7 +177,7 @@ async def up(options: Options) -> int:
     # nats-py gives up on a connection for good on some server errors: then nothing here works,
     # so stop and say so (exit 1) rather than keep answering as if healthy.
     lost = asyncio.Event()
-    nc = await connect(nats.url, name="jetway-up", on_closed=lost.set)
+    nc = await connect(nats.client_url, name="jetway-up", on_closed=lost.set)
     token = load_token(directory)
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
@@ -208,7 +213,7 @@ async def up(options: Options) -> int:
             return 1
         settle_heap()
         config = ClientConfig(
-            api_url=f"http://{HOST}:{api_port}", router_url=f"http://{HOST}:{router_port}/v1", token=token, nats_url=nats.url
+            api_url=f"http://{HOST}:{api_port}", router_url=f"http://{HOST}:{router_port}/v1", token=token, nats_url=nats.client_url
         )
         path = config.write(directory)
         resources = watcher.service.rebuilt_count

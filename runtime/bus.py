@@ -151,7 +151,13 @@ async def connect(url: str, *, name: str, connect_timeout: float = 10.0, on_clos
         )
         return client
     except (TimeoutError, OSError, nats.errors.NoServersError) as exc:
-        raise ConnectionError(f"cannot reach NATS at {url}: {type(exc).__name__} after {connect_timeout:.0f}s") from exc
+        raise ConnectionError(f"cannot reach NATS at {redacted(url)}: {type(exc).__name__} after {connect_timeout:.0f}s") from exc
+
+
+def redacted(url: str) -> str:
+    """`url` without its credentials, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url.rsplit("@", 1)[-1]
 
 
 async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import sysconfig
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 # How often JetStream fsyncs. "always" makes an acknowledged append survive a power loss at
 # some cost in write throughput; the NATS default, 2 minutes, can lose the last ones. We state
@@ -54,11 +55,20 @@ class NatsServer:
     host: str = "127.0.0.1"
     sync_interval: str = DEFAULT_SYNC_INTERVAL
     max_payload: int = 8 * 1024 * 1024
+    user: str | None = None  # with `password`: clients must authenticate (the URL to show stays without them)
+    password: str | None = field(default=None, repr=False)
     _process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
+
+    @property
+    def client_url(self) -> str:
+        """The URL a client connects with: credentials included. Never print it (`url` is for showing)."""
+        if self.user and self.password:
+            return f"nats://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{self.host}:{self.port}"
+        return self.url
 
     @property
     def running(self) -> bool:
@@ -75,11 +85,13 @@ class NatsServer:
             f'listen: "{listen}"\n'
             f'ports_file_dir: "{ports_dir}"\n'
             f"max_payload: {self.max_payload}\n"
-            "jetstream {\n"
+            + (f'authorization {{ user: "{self.user}", password: "{self.password}" }}\n' if self.user and self.password else "")
+            + "jetstream {\n"
             f'  store_dir: "{self.store_dir / "store"}"\n'
             f"  sync_interval: {self.sync_interval}\n"
             "}\n"
         )
+        config.chmod(0o600)  # it may hold the client password
         return config
 
     def start(self, timeout: float = 10.0) -> NatsServer:
