@@ -29,3 +29,15 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, interva
 
 async def within(awaitable: Awaitable[T], timeout: float = 10.0) -> T:
     return await asyncio.wait_for(awaitable, timeout)
+
+
+def eventually_sync(check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.02, message: str = "condition") -> Any:
+    """`eventually` for synchronous code (a module fixture managing a process)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{message} not met within {timeout}s (last: {result!r})")
+        time.sleep(interval)
