@@ -54,8 +54,8 @@ def _expand_lists(documents: list[Any]) -> list[Any]:
 
 def read_text(source: str) -> str:
     try:
-        if source == "-":
-            return sys.stdin.read()
+        if source == "-":  # bytes, decoded strictly: a C locale's stdin would smuggle bad bytes in as surrogates
+            return sys.stdin.buffer.read().decode("utf-8")
         return Path(source).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise Unreadable(f"{source}: no such file") from exc
