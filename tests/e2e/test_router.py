@@ -40,14 +40,6 @@ async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
         yield running
 
 
-@pytest.fixture
-async def upstreams() -> AsyncIterator[list[FakeOpenAI]]:
-    started: list[FakeOpenAI] = []
-    yield started
-    for upstream in started:
-        await upstream.stop()
-
-
 async def serve(upstreams: list[FakeOpenAI], upstream: FakeOpenAI) -> FakeOpenAI:
     upstreams.append(await upstream.start())
     return upstream

@@ -22,6 +22,7 @@ from services.gateway.computeagent import ComputeAgent
 from services.gateway.probe import MAX_MODELS_BODY
 from services.gateway.signal import AGENT_PAUSE_AT, MAX_WAITING, ReplyStream
 from services.gateway.upstream import MAX_HEAD, Endpoint, UpstreamPool
+from tests.e2e.test_router import member, serve  # one copy of the helpers: test_router's
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
@@ -30,30 +31,10 @@ from tests.support.waiting import eventually
 TICK = 0.3
 
 
-def member(name: str, url: str = "", *, backend: str = "vllm-openai", models: list[Any] | None = None, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"backend": backend, "models": models if models is not None else [{"name": "m"}], **spec}
-    if url:
-        body["url"] = url
-    return {"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": name}, "spec": body}
-
-
 @pytest.fixture
 async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
     async with running_stack(nats.url, tmp_path, probe_interval=TICK) as running:
         yield running
-
-
-@pytest.fixture
-async def upstreams() -> AsyncIterator[list[FakeOpenAI]]:
-    started: list[FakeOpenAI] = []
-    yield started
-    for upstream in started:
-        await upstream.stop()
-
-
-async def serve(upstreams: list[FakeOpenAI], upstream: FakeOpenAI) -> FakeOpenAI:
-    upstreams.append(await upstream.start())
-    return upstream
 
 
 async def echo_ready(stack: Stack) -> None:

@@ -3,27 +3,16 @@ and D5). Against a real nats-server: the connection must stay up and keep workin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.events import ResourceApplied
 from contracts.subjects import Key
-from runtime.bus import MAX_SUBJECT_BYTES, SubjectTooLong, connect, ensure_streams
+from runtime.bus import MAX_SUBJECT_BYTES, SubjectTooLong
 from runtime.eventstore import EventStore, EventTooLarge
-from tests.support.nats import NatsEndpoint
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
-
-
-@pytest.fixture
-async def client(nats: NatsEndpoint) -> AsyncIterator[Client]:
-    nc = await connect(nats.url, name="test")
-    await ensure_streams(nc.jetstream())
-    yield nc
-    await nc.close()
 
 
 async def works(nc: Client) -> None:

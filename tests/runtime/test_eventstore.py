@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -13,23 +12,14 @@ from nats.aio.client import Client
 
 from contracts.events import Envelope, ResourceApplied, ResourceDeleted, StatusReported, StatusSlice
 from contracts.subjects import Key, decode_token, encode_token, parse_subject
-from runtime.bus import EVENTS_STREAM, connect, ensure_streams
+from runtime.bus import EVENTS_STREAM, ensure_streams
 from runtime.eventstore import Conflict, EventStore, Undecodable
-from tests.support.nats import NatsEndpoint
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
 
 def applied(key: Key, generation: int = 1, **spec: object) -> ResourceApplied:
     return ResourceApplied(kind=key.kind, namespace=key.namespace, name=key.name, generation=generation, spec=dict(spec))
-
-
-@pytest.fixture
-async def client(nats: NatsEndpoint) -> AsyncIterator[Client]:
-    nc = await connect(nats.url, name="test")
-    await ensure_streams(nc.jetstream())
-    yield nc
-    await nc.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from contracts.events import Envelope, ResourceApplied, StatusReported
 from contracts.subjects import Key
-from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM
 from runtime.eventstore import EventStore
 from runtime.service import Runner, RunnerSettings
 from tests.support.ack_service import AckService
@@ -38,14 +38,6 @@ def member(name: str) -> Key:
 
 def applied(key: Key, generation: int) -> ResourceApplied:
     return ResourceApplied(kind=key.kind, namespace="", name=key.name, generation=generation, spec={"backend": "echo"})
-
-
-@pytest.fixture
-async def client(nats: NatsEndpoint) -> AsyncIterator[Client]:
-    nc = await connect(nats.url, name="test")
-    await ensure_streams(nc.jetstream())
-    yield nc
-    await nc.close()
 
 
 async def consumer_idle(nc: Client, durable: str) -> bool:
