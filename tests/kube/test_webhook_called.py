@@ -10,8 +10,6 @@ import asyncio
 import base64
 import json
 import os
-import socket
-import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +22,10 @@ from aiohttp import web
 from runtime.kube import KubeError
 from services.watcher import certs, webhook
 from tests.contracts.cases import MD, changed
+from tests.kube.test_deploy_applied import KUBECTL
+from tests.kube.test_processes import free_port
 from tests.support.cluster import Cluster, RealServer, cluster_for_tests
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
 ADMISSION = "admissionregistration.k8s.io/v1"
 MDV = "airunway.ai/v1alpha1"
 
@@ -40,18 +39,12 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Webhook:
     """The watcher's webhook app on a fixed port, so it can go down and come back where the API server calls it."""
 
     def __init__(self) -> None:
         self.issued = certs.issue(["localhost"], ips=("127.0.0.1",), days=1)
-        self.port = _free_port()
+        self.port = free_port()
         self.runner: web.AppRunner | None = None
 
     async def up(self) -> None:
