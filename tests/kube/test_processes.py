@@ -8,7 +8,6 @@ import base64
 import contextlib
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from tests.cluster.controlplane import free_port
 from tests.contracts.cases import MD, changed
 from tests.support.cli import ROOT
 from tests.support.cluster import Cluster
@@ -26,12 +26,6 @@ from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
 SERVICES = ("watcher", "selector", "storage", "workload", "gateway", "binding")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def kubeconfig(path: Path, server: str) -> Path:
