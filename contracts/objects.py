@@ -7,8 +7,13 @@ from typing import Any
 
 from contracts.subjects import Key
 
+# AI Runway's own label, with its value: user tooling, policies and dashboards select on it, so Jetway
+# writes what AI Runway writes. Which controller did it is the standard label's job.
 MANAGED_BY = "airunway.ai/managed-by"
-MANAGER = "jetway"
+MANAGER = "airunway"
+APP_MANAGED_BY = "app.kubernetes.io/managed-by"
+CONTROLLER = "jetway"
+MANAGED_SELECTOR = f"{APP_MANAGED_BY}={CONTROLLER}"  # what the watcher lists and watches of its own
 DEPLOYMENT = "airunway.ai/deployment"
 MODEL_DEPLOYMENT = "airunway.ai/model-deployment"
 ENGINE_TYPE = "airunway.ai/engine-type"
@@ -19,6 +24,11 @@ PAUSED = "airunway.ai/reconcile-paused"
 # an object records its owner here, and the writer checks it as it checks a controller reference.
 OWNER_UID = "jetway.dev/owner-uid"
 MODEL_DEPLOYMENT_NAMESPACE = "jetway.dev/model-deployment-namespace"  # with MODEL_DEPLOYMENT, on cluster-scoped objects
+
+
+def managed_labels() -> dict[str, str]:
+    """On every object Jetway writes (PVCs and download Jobs included)."""
+    return {MANAGED_BY: MANAGER, APP_MANAGED_BY: CONTROLLER}
 
 
 NAME_LIMIT = 63  # a Service's name (DNS-1035 label) and a label value

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.agents import AgentDeployment, AgentProviderConfig
-from contracts.objects import MANAGED_BY, MANAGER, metadata
+from contracts.objects import managed_labels, metadata
 from contracts.rules.agents import parse_catalog
 from contracts.subjects import Key
 
@@ -45,7 +45,7 @@ class Rendered:
 
 
 def _labels(agent: AgentDeployment) -> dict[str, str]:
-    return {MANAGED_BY: MANAGER, AGENT: agent.metadata.name, FRAMEWORK: agent.spec.framework.name}
+    return {**managed_labels(), AGENT: agent.metadata.name, FRAMEWORK: agent.spec.framework.name}
 
 
 def _key(agent: AgentDeployment) -> Key:

@@ -21,13 +21,12 @@ from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView, NoGateway, choose_gateway
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import (
-    MANAGED_BY,
-    MANAGER,
     MODEL_DEPLOYMENT,
     MODEL_DEPLOYMENT_NAMESPACE,
     OWNER_UID,
     child_name,
     cluster_scoped_name,
+    managed_labels,
     metadata,
     ref,
 )
@@ -127,7 +126,7 @@ def _substitute(pattern: str | None, key: Key, default: str) -> str:
 
 
 def _labels(key: Key) -> dict[str, str]:
-    return {MANAGED_BY: MANAGER, MODEL_DEPLOYMENT: key.name}
+    return {**managed_labels(), MODEL_DEPLOYMENT: key.name}
 
 
 def pool_objects(inputs: Inputs, port: int) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from contracts.events import StatusCondition, StatusSlice
 from contracts.modeldeployment import DEFAULT_MOUNT_PATHS, ModelDeployment
-from contracts.objects import JOB_TYPE, MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, metadata
+from contracts.objects import JOB_TYPE, MODEL_DEPLOYMENT, managed_labels, metadata
 from contracts.pipeline import StorageInvalid, StoragePlanned
 from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import Key
@@ -33,7 +33,7 @@ class Observed:
 
 
 def _labels(key: Key) -> dict[str, str]:
-    return {MANAGED_BY: MANAGER, MODEL_DEPLOYMENT: key.name}
+    return {**managed_labels(), MODEL_DEPLOYMENT: key.name}
 
 
 def pvc(key: Key, uid: str, claim: str, size: str, access_mode: str, storage_class: str | None) -> dict[str, Any]:

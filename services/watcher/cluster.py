@@ -38,6 +38,7 @@ from contracts.cluster import (
 from contracts.conditions import same_decision
 from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
 from contracts.kinds import KINDS
+from contracts.objects import MANAGED_SELECTOR
 from contracts.subjects import SPEC, Key
 from runtime.kube import EventTooLarge, Gone, Kube, KubeError, NotFound
 from runtime.resources import condition_dict
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetway.watcher.cluster")
 SELF = "watcher"
 REPORTED = "reported"
-MANAGED = "airunway.ai/managed-by=jetway"
 DESIRED = tuple((info.api_version, info.kind) for info in KINDS.values())
 OWNED = (
     ("apps/v1", "Deployment"),
@@ -178,7 +178,7 @@ class ClusterSync:
         for kind in DESIRED:
             wanted[kind] = (self._desired_changed, self._desired_listed, None)
         for kind in OWNED:
-            wanted[kind] = (self._owned_changed, self._owned_listed, MANAGED)
+            wanted[kind] = (self._owned_changed, self._owned_listed, MANAGED_SELECTOR)
         for kind in READ:
             wanted[kind] = (self._owned_changed, self._owned_listed, None)
         for kind, (on_change, on_list, selector) in wanted.items():

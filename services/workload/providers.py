@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from contracts.objects import managed_labels
 from contracts.providerconfig import (
     ANNOTATION_CAPABILITIES,
     ANNOTATION_DEFAULT_NAMESPACE,
@@ -224,7 +225,7 @@ def builtin_configs() -> list[dict[str, Any]]:
             {
                 "apiVersion": "airunway.ai/v1alpha1",
                 "kind": "InferenceProviderConfig",
-                "metadata": {"name": name, "labels": {"airunway.ai/managed-by": "jetway"}, "annotations": annotations},
+                "metadata": {"name": name, "labels": managed_labels(), "annotations": annotations},
                 "spec": {"capabilities": capabilities, "selectionRules": RULES[name]},
             }
         )

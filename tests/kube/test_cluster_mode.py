@@ -50,7 +50,8 @@ async def test_a_deployment_gets_its_objects_and_its_status_follows_the_cluster(
             )
             owner = obj["metadata"]["ownerReferences"][0]
             assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("ModelDeployment", "qwen", uid, True)
-            assert obj["metadata"]["labels"]["airunway.ai/managed-by"] == "jetway"
+            labels = obj["metadata"]["labels"]
+            assert (labels["airunway.ai/managed-by"], labels["app.kubernetes.io/managed-by"]) == ("airunway", "jetway")
         md = await eventually(lambda: phase_is(cluster, "Deploying"), timeout=TIMEOUT, message="Deploying")
         assert CLEANUP_FINALIZER in md["metadata"]["finalizers"]
         assert condition(md, "ResourceCreated")["status"] == "True"

@@ -123,6 +123,20 @@ CASES: dict[str, tuple[str, dict[str, Any], str, bool]] = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
+def test_every_rendered_object_carries_ai_runways_label_and_jetways(case: str) -> None:
+    """AI Runway's `airunway.ai/managed-by: airunway` (user tooling selects on it) and the standard label naming
+    Jetway as the controller, on every object; the user's pod-template labels reach the Deployment's and the
+    RayService's own metadata without replacing either (upstream TestTransformer pod-template label cases)."""
+    provider, changes, engine, gateway = CASES[case]
+    changes = {**changes, "spec.podTemplate": {"metadata": {"labels": {"team": "a", "airunway.ai/managed-by": "mine"}}}}
+    for obj in render.render(provider, inputs(changes, engine, gateway=gateway)):
+        labels = obj["metadata"]["labels"]
+        assert (labels["airunway.ai/managed-by"], labels["app.kubernetes.io/managed-by"]) == ("airunway", "jetway"), obj["kind"]
+        if obj["kind"] in ("Deployment", "RayService"):
+            assert labels["team"] == "a"
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_rendering_matches_the_reviewed_golden_file(case: str) -> None:
     provider, changes, engine, gateway = CASES[case]
     objects = render.render(provider, inputs(changes, engine, gateway=gateway))

@@ -39,7 +39,11 @@ def test_sized_volume_gets_a_pvc_with_defaults_and_owner() -> None:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-    assert pvc["metadata"]["labels"] == {"airunway.ai/managed-by": "jetway", "airunway.ai/model-deployment": "qwen"}
+    assert pvc["metadata"]["labels"] == {
+        "airunway.ai/managed-by": "airunway",
+        "app.kubernetes.io/managed-by": "jetway",
+        "airunway.ai/model-deployment": "qwen",
+    }
 
 
 def test_storage_class_empty_is_not_absent_and_names_pass_through() -> None:

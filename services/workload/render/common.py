@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.modeldeployment import DEFAULT_GPU_TYPE, ModelDeployment
-from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, MODEL_SOURCE
+from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MODEL_DEPLOYMENT, MODEL_SOURCE, managed_labels
 from contracts.pipeline import StoragePlanned
 from contracts.rules.modeldeployment import RESERVED_VLLM_FLAGS, flag_key
 from contracts.subjects import Key
@@ -59,7 +59,14 @@ class Inputs:
 
 
 def labels(inputs: Inputs) -> dict[str, str]:
-    return {MANAGED_BY: MANAGER, DEPLOYMENT: inputs.name, ENGINE_TYPE: inputs.engine, MODEL_SOURCE: inputs.spec.model.source}
+    return {**managed_labels(), DEPLOYMENT: inputs.name, ENGINE_TYPE: inputs.engine, MODEL_SOURCE: inputs.spec.model.source}
+
+
+def template_labels(inputs: Inputs) -> dict[str, str]:
+    """The user's pod-template labels, which AI Runway also copies onto the Deployment's and RayService's
+    metadata; they go first there, so Jetway's own labels (the ownership guard) cannot be replaced."""
+    template = inputs.spec.podTemplate.metadata if inputs.spec.podTemplate and inputs.spec.podTemplate.metadata else None
+    return dict(template.labels or {}) if template else {}
 
 
 def selector(name: str) -> dict[str, str]:
@@ -68,8 +75,7 @@ def selector(name: str) -> dict[str, str]:
 
 def pod_labels(inputs: Inputs, selector_labels: dict[str, str]) -> dict[str, str]:
     """The user's pod labels, then ours: selectors and the InferencePool label cannot be overridden."""
-    template = inputs.spec.podTemplate.metadata if inputs.spec.podTemplate and inputs.spec.podTemplate.metadata else None
-    return {**(template.labels or {} if template else {}), **selector_labels, MODEL_DEPLOYMENT: inputs.name}
+    return {**template_labels(inputs), **selector_labels, MODEL_DEPLOYMENT: inputs.name}
 
 
 def pod_annotations(inputs: Inputs) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contracts.objects import ENGINE_TYPE, MANAGED_BY, MANAGER, MODEL_DEPLOYMENT, metadata
+from contracts.objects import ENGINE_TYPE, MODEL_DEPLOYMENT, managed_labels, metadata
 from services.workload.render.common import Inputs, RenderError, apply_overrides, env, pod_labels, resources, scheduling
 
 DYNAMO = "1.1.1"
@@ -196,7 +196,7 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
                 inputs, component.replicas, component.gpu.count, component.memory, role_args, role, extra_env
             )
     dgd_labels = {
-        MANAGED_BY: MANAGER,
+        **managed_labels(),
         MODEL_DEPLOYMENT: inputs.name,
         "airunway.ai/model-id": model_label(spec.model.id or ""),
         ENGINE_TYPE: inputs.engine,

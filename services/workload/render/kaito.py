@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.objects import MODEL_DEPLOYMENT, metadata
-from services.workload.render.common import Inputs, RenderError, apply_overrides, env, labels, pod_annotations, pod_labels
+from services.workload.render.common import Inputs, RenderError, apply_overrides, env, labels, pod_annotations, template_labels
 
 
 def render(inputs: Inputs) -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
             inputs.name,
             inputs.key,
             inputs.uid,
-            {**labels(inputs), MODEL_DEPLOYMENT: inputs.name, **pod_labels(inputs, {})},
+            {**template_labels(inputs), **labels(inputs), MODEL_DEPLOYMENT: inputs.name},
             pod_annotations(inputs) or None,
         ),
         "resource": {"count": max(inputs.replicas, 0), "labelSelector": {"matchLabels": match}},

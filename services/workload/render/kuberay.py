@@ -7,7 +7,17 @@ from typing import Any
 import yaml
 
 from contracts.objects import MODEL_DEPLOYMENT, metadata
-from services.workload.render.common import Inputs, RenderError, apply_overrides, env, labels, pod_annotations, pod_labels, scheduling
+from services.workload.render.common import (
+    Inputs,
+    RenderError,
+    apply_overrides,
+    env,
+    labels,
+    pod_annotations,
+    pod_labels,
+    scheduling,
+    template_labels,
+)
 
 DEFAULT_IMAGE = "rayproject/ray-llm:2.55.0-py311-cu128"
 
@@ -88,7 +98,11 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
             "apiVersion": "ray.io/v1",
             "kind": "RayService",
             "metadata": metadata(
-                inputs.name, inputs.key, inputs.uid, {**labels(inputs), MODEL_DEPLOYMENT: inputs.name}, pod_annotations(inputs) or None
+                inputs.name,
+                inputs.key,
+                inputs.uid,
+                {**template_labels(inputs), **labels(inputs), MODEL_DEPLOYMENT: inputs.name},
+                pod_annotations(inputs) or None,
             ),
             "spec": {
                 "serveConfigV2": yaml.safe_dump(serve, sort_keys=False),

@@ -17,6 +17,7 @@ from services.workload.render.common import (
     scheduling,
     selector,
     storage_volumes,
+    template_labels,
     vllm_args,
 )
 
@@ -60,7 +61,7 @@ def deployment(
         pod_spec["volumes"] = volumes
     apply_overrides(inputs, pod_spec, container, pod_spec["containers"])
     annotations = pod_annotations(inputs)
-    object_labels = {**labels(inputs), **(extra_labels or {})}
+    object_labels = {**template_labels(inputs), **labels(inputs), **(extra_labels or {})}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
