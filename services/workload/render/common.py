@@ -183,13 +183,40 @@ def vllm_args(inputs: Inputs, *, networking: bool, prefix_off_flag: bool, dedupe
     return out + extra
 
 
-def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+SECURITY_SECTIONS = ("workload", "container")  # the spec's validated security-context sections
+REFUSED_TOP_LEVEL = ("apiVersion", "kind", "metadata", "status")  # what no provider lets overrides replace
+
+
+def free_overrides(inputs: Inputs, typed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """AI Runway's free-form part of `spec.provider.overrides`: every key but the security sections (merged by
+    `apply_overrides`) and the provider's own typed keys (Dynamo's `routerMode`, `frontend`, `epp`)."""
+    overrides = inputs.spec.provider.overrides if inputs.spec.provider else None
+    return {k: v for k, v in (overrides or {}).items() if k not in SECURITY_SECTIONS and k not in typed}
+
+
+def deep_merge(into: dict[str, Any], more: dict[str, Any], *, null_deletes: bool = False) -> dict[str, Any]:
+    """AI Runway's merge: maps merge recursively, any other value replaces (lists included). With
+    `null_deletes` (KAITO), a null removes the key instead of writing null."""
     for key, value in more.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            into[key] = _merge(dict(into[key]), value)
+        if null_deletes and value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            into[key] = deep_merge(dict(into[key]), value, null_deletes=null_deletes)
         else:
             into[key] = copy.deepcopy(value)
     return into
+
+
+def merge_overrides(obj: dict[str, Any], inputs: Inputs, *, typed: tuple[str, ...] = (), null_deletes: bool = False) -> None:
+    """Deep-merge the free-form overrides into the provider's main object, last, as AI Runway does.
+
+    Admission already refused the blocked keys at any depth; the top-level check is repeated here because
+    an offline render must not write another object's identity either."""
+    free = free_overrides(inputs, typed)
+    for key in REFUSED_TOP_LEVEL:
+        if key in free:
+            raise RenderError(f'overriding "{key}" is not allowed')
+    deep_merge(obj, free, null_deletes=null_deletes)
 
 
 def apply_overrides(inputs: Inputs, pod_spec: dict[str, Any], main: dict[str, Any], containers: list[dict[str, Any]]) -> None:
@@ -204,7 +231,7 @@ def apply_overrides(inputs: Inputs, pod_spec: dict[str, Any], main: dict[str, An
     for section in ("workload", "container"):
         body = overrides.get(section) or {}
         if "podSecurityContext" in body:
-            pod_spec["securityContext"] = _merge(dict(pod_spec.get("securityContext") or {}), body["podSecurityContext"])
+            pod_spec["securityContext"] = deep_merge(dict(pod_spec.get("securityContext") or {}), body["podSecurityContext"])
         if "securityContext" in body:
             for container in containers if section == "workload" else [main]:
-                container["securityContext"] = _merge(dict(container.get("securityContext") or {}), body["securityContext"])
+                container["securityContext"] = deep_merge(dict(container.get("securityContext") or {}), body["securityContext"])

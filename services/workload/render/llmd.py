@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from contracts.objects import child_name
-from services.workload.render.common import Inputs, RenderError, env, resources, storage_volumes, vllm_args
+from services.workload.render.common import Inputs, RenderError, env, free_overrides, resources, storage_volumes, vllm_args
 from services.workload.render.vllm import PORT, deployment, probe, service
 
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.9.1"
@@ -34,6 +34,10 @@ def _container(inputs: Inputs, args: list[str], res: dict[str, Any], mounts: lis
 def render(inputs: Inputs) -> list[dict[str, Any]]:
     if inputs.engine != "vllm":
         raise RenderError(f"llm-d provider only supports vllm engine, got {inputs.engine}")
+    template = free_overrides(inputs).get("spec", {})
+    if isinstance(template, dict) and isinstance(template.get("template"), dict) and "spec" in template["template"]:
+        # llm-d's pod spec is the engine's contract with its scheduler; AI Runway refuses replacing it.
+        raise RenderError('overriding "spec.template.spec" is not allowed')
     volumes, mounts = storage_volumes(inputs)
     if inputs.mode == "aggregated":
         if inputs.gpus <= 0:

@@ -12,6 +12,7 @@ from services.workload.render.common import (
     env,
     labels,
     main_resources,
+    merge_overrides,
     pod_annotations,
     pod_labels,
     scheduling,
@@ -62,7 +63,7 @@ def deployment(
     apply_overrides(inputs, pod_spec, container, pod_spec["containers"])
     annotations = pod_annotations(inputs)
     object_labels = {**template_labels(inputs), **labels(inputs), **(extra_labels or {})}
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(name, inputs.key, inputs.uid, object_labels, annotations or None),
@@ -75,6 +76,8 @@ def deployment(
             },
         },
     }
+    merge_overrides(obj, inputs)
+    return obj
 
 
 def render(inputs: Inputs) -> list[dict[str, Any]]:
