@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from contracts.meta import DNS_LABEL, DNS_SUBDOMAIN, Condition, ObjectMeta, WireModel
+from contracts.modeldeployment import Overrides
 
 ANNOTATION_AGENT_CATALOG = "airunway.ai/agent-catalog"
 ANNOTATION_INSTALL_INSTRUCTIONS = "airunway.ai/install-instructions"
@@ -65,7 +66,7 @@ class FrameworkRef(WireModel):
 
 
 class AgentProviderSpec(WireModel):
-    overrides: dict[str, Any] | None = Field(
+    overrides: Overrides = Field(
         default=None,
         description="Validated security-context overrides: sections workload and container, each with "
         "podSecurityContext and securityContext.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from contracts.meta import (
     ABSOLUTE_PATH,
@@ -88,12 +88,23 @@ class EngineSpec(WireModel):
     extraArgs: list[str] | None = Field(default=None, description="Raw engine flags, appended verbatim.")
 
 
+def _json_object(value: Any) -> Any:
+    # AI Runway's wording, and never the value: overrides may hold data nobody expects in an error or a log.
+    if value is not None and not isinstance(value, dict):
+        raise ValueError("overrides must be a JSON object")
+    return value
+
+
+Overrides = Annotated[dict[str, Any] | None, BeforeValidator(_json_object)]
+
+
 class ProviderSpec(WireModel):
     name: str | None = Field(default=None, description="Explicit provider selection.")
-    overrides: dict[str, Any] | None = Field(
+    overrides: Overrides = Field(
         default=None,
-        description="Validated security-context overrides: sections workload and container, each "
-        "with podSecurityContext and securityContext.",
+        description="Validated security-context overrides in the sections workload and container (each "
+        "with podSecurityContext and securityContext); any other key is deep-merged into the provider's "
+        "rendered object (maps merge, other values replace), except privilege and sizing keys at any depth.",
     )
 
 

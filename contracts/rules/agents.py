@@ -98,7 +98,7 @@ def check_deployment(deployment: AgentDeployment, *, creating: bool = True) -> t
             problems.append(at(["spec", "model", "externalAPI", "baseURL"], why))
     provider = deployment.spec.provider
     if provider and provider.overrides is not None:
-        problems += check_overrides(provider.overrides, ["spec", "provider", "overrides"])
+        problems += check_overrides(provider.overrides, ["spec", "provider", "overrides"], free_form=False)
     return problems, []
 
 

@@ -1,8 +1,13 @@
-"""`spec.provider.overrides`: the validated security-context escape hatch.
+"""`spec.provider.overrides`: the escape hatch, in two parts.
 
-Two sections, `workload` and `container`, each allowing only `podSecurityContext` and
-`securityContext`, each with an allow-list of fields and values that never weaken the defaults
-(no root, no privilege escalation, capabilities only dropped).
+- The spec's validated security sections, `workload` and `container`, each allowing only
+  `podSecurityContext` and `securityContext`, each with an allow-list of fields and values that never
+  weaken the defaults (no root, no privilege escalation, capabilities only dropped).
+- Every other key is AI Runway's free-form deep merge into the provider's rendered object, judged by
+  AI Runway's block-list: keys that escalate privilege or bypass the resource ceilings are refused at
+  any depth (inside lists too), and a refused key's subtree is not searched further, so one mistake
+  is one problem. An object's identity (`apiVersion`, `kind`, `metadata`, `status`) is refused at the
+  top, as every provider refuses it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,22 @@ from typing import Any
 from contracts.problems import PathPart, Problem, at, type_name
 
 SECTIONS = ("workload", "container")
+# AI Runway's block-list (webhook blockedOverrideKeys), refused at any depth outside the security sections.
+BLOCKED_KEYS = (
+    "securityContext",
+    "serviceAccountName",
+    "serviceAccount",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "automountServiceAccountToken",
+    "nodeName",
+    "priorityClassName",
+    "runtimeClassName",
+)
+# Sizing is merged after admission checked spec.resources/spec.scaling against the ceilings, so it is refused.
+SIZING_KEYS = ("replicas", "resources")
+IDENTITY_KEYS = ("apiVersion", "kind", "metadata", "status")
 CONTEXT_KEYS = ("podSecurityContext", "securityContext")
 POD_FIELDS = (
     "runAsUser",
@@ -112,33 +133,65 @@ def _check_seccomp(path: list[PathPart], value: Any) -> list[Problem]:
     return problems
 
 
-def check_overrides(overrides: Any, path: list[PathPart]) -> list[Problem]:
-    """Every key outside the allow-list, named with its path."""
-    if not isinstance(overrides, dict):
-        return [at(path, f"must be an object (got {type_name(overrides)})")]
+def _forbidden(value: Any, path: list[PathPart]) -> list[Problem]:
+    """Every blocked or sizing key in a free-form value, objects and lists searched alike."""
     problems: list[Problem] = []
-    for section, body in overrides.items():
-        here = [*path, section]
-        if section not in SECTIONS:
-            problems.append(at(here, f"overriding {section!r} is not allowed: only workload/container override sections are supported"))
-            continue
-        if not isinstance(body, dict):
-            problems.append(at(here, f"must be an object (got {type_name(body)})"))
-            continue
-        for key, context in body.items():
-            there = [*here, key]
-            if key not in CONTEXT_KEYS:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            here = [*path, key]
+            if key in BLOCKED_KEYS:
+                problems.append(at(here, f'overriding "{key}" is not allowed for security reasons'))
+            elif key in SIZING_KEYS:
                 problems.append(
-                    at(there, f"overriding {key!r} is not allowed: only podSecurityContext and securityContext overrides are allowed")
+                    at(
+                        here,
+                        f'overriding "{key}" is not allowed because it can bypass admission resource limits; '
+                        "use spec.resources / spec.scaling instead",
+                    )
                 )
-                continue
-            if not isinstance(context, dict):
-                problems.append(at(there, f"must be an object (got {type_name(context)})"))
-                continue
-            allowed = POD_FIELDS if key == "podSecurityContext" else CONTAINER_FIELDS
-            for name, value in context.items():
-                if name not in allowed:
-                    problems.append(at([*there, name], f"overriding {name!r} is not allowed in {key} (allowed: {', '.join(allowed)})"))
-                else:
-                    problems.extend(_check_field(there, name, value))
+            else:
+                problems.extend(_forbidden(inner, here))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            problems.extend(_forbidden(item, [*path, index]))
+    return problems
+
+
+def _check_section(here: list[PathPart], body: Any) -> list[Problem]:
+    if not isinstance(body, dict):
+        return [at(here, f"must be an object (got {type_name(body)})")]
+    problems: list[Problem] = []
+    for key, context in body.items():
+        there = [*here, key]
+        if key not in CONTEXT_KEYS:
+            problems.append(at(there, f"overriding {key!r} is not allowed: only podSecurityContext and securityContext are allowed here"))
+            continue
+        if not isinstance(context, dict):
+            problems.append(at(there, f"must be an object (got {type_name(context)})"))
+            continue
+        allowed = POD_FIELDS if key == "podSecurityContext" else CONTAINER_FIELDS
+        for name, value in context.items():
+            if name not in allowed:
+                problems.append(at([*there, name], f"overriding {name!r} is not allowed in {key} (allowed: {', '.join(allowed)})"))
+            else:
+                problems.extend(_check_field(there, name, value))
+    return problems
+
+
+def check_overrides(overrides: Any, path: list[PathPart], *, free_form: bool = True) -> list[Problem]:
+    """Every refused key, named with its path. An AgentDeployment's overrides are the security sections only
+    (`free_form=False`): its renderers have no provider object to merge into."""
+    if not isinstance(overrides, dict):
+        return [at(path, "overrides must be a JSON object")]
+    problems: list[Problem] = []
+    for key, body in overrides.items():
+        here = [*path, key]
+        if key in SECTIONS:
+            problems.extend(_check_section(here, body))
+        elif not free_form:
+            problems.append(at(here, f"overriding {key!r} is not allowed: only workload/container override sections are supported"))
+        elif key in IDENTITY_KEYS:
+            problems.append(at(here, f'overriding "{key}" is not allowed'))
+        else:
+            problems.extend(_forbidden({key: body}, path))
     return problems

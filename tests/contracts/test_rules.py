@@ -200,11 +200,11 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("metadata.name required", MD, {"metadata": {"namespace": "x"}}, "metadata.name", "required"),
     # --- provider.overrides allow-list (ModelDeployment and AgentDeployment share it)
     (
-        "override section",
+        "override blocked key in the free-form merge",
         MD,
-        {"spec.provider": {"overrides": {"spec": {"template": {}}}}},
-        "spec.provider.overrides.spec",
-        "only workload/container override sections",
+        {"spec.provider": {"overrides": {"spec": {"template": {"spec": {"hostNetwork": True}}}}}},
+        "spec.provider.overrides.spec.template.spec.hostNetwork",
+        'overriding "hostNetwork" is not allowed for security reasons',
     ),
     (
         "override key",
