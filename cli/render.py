@@ -1,13 +1,16 @@
 """`jetway render`: the Kubernetes objects Jetway would create, as a YAML stream.
 
 Offline (`-f FILE...`): the same decisions the services make (selection, storage plan,
-rendering), with the built-in provider configs unless `--providers` gives others; no NATS.
+rendering), with the built-in provider configs unless `--providers` gives others and the provider
+settings the environment sets (KAITO's AIRUNWAY_KAITO_*, as the workload service reads them); no NATS.
 From a running Jetway (`md/NAME`): the objects its services recorded.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 import yaml
@@ -21,6 +24,7 @@ from contracts.subjects import Key
 from services.selector import decide as selection
 from services.storage import decide as storage
 from services.workload import decide as workload
+from services.workload import render as renderers
 from services.workload.projection import Deployment
 from services.workload.providers import BUILTIN, builtin_configs
 
@@ -52,11 +56,17 @@ def _providers(files: list[str], err: TextIO) -> list[selection.Provider] | None
 
 
 def objects_for(
-    md: ModelDeployment, uid: str, providers: list[selection.Provider], *, gateway_available: bool = False
+    md: ModelDeployment,
+    uid: str,
+    providers: list[selection.Provider],
+    *,
+    gateway_available: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """(objects, a one-line account) for one admitted deployment; ValueError with the reason when it cannot render.
 
-    `gateway_available`: render as in a cluster that serves the Inference Extension (Dynamo then adds its endpoint picker)."""
+    `gateway_available`: render as in a cluster that serves the Inference Extension (Dynamo then adds its endpoint picker);
+    `settings`: the provider settings a workload service started with them would render with (`render.settings`)."""
     key = Key("ModelDeployment", md.metadata.namespace or "default", md.metadata.name)
     outcome = selection.select(md, 1, None, providers)
     chosen = outcome.decision
@@ -67,7 +77,7 @@ def objects_for(
         raise ValueError("Storage invalid: " + "; ".join(plan.problems))
     deployment = Deployment(key, 1, uid, md, selection=chosen, storage=plan)
     rendered: list[dict[str, Any]] = list(plan.objects)
-    for step in workload.decide(deployment, BUILTIN, gateway_available=gateway_available):
+    for step in workload.decide(deployment, BUILTIN, gateway_available=gateway_available, settings=settings):
         if isinstance(step.record, RenderFailed):
             raise ValueError(step.record.status.message or step.record.message)
         if isinstance(step.record, WorkloadRendered):
@@ -101,7 +111,7 @@ def run(files: list[str], provider_files: list[str], out: TextIO = sys.stdout, e
                 continue  # only deployments render into objects
             uid = (doc.body.get("metadata") or {}).get("uid") or ""
             try:
-                objects, account = objects_for(verdict.obj, uid, providers)
+                objects, account = objects_for(verdict.obj, uid, providers, settings=renderers.settings(os.environ))
             except ValueError as exc:
                 print(f"{where}: {exc}", file=err)
                 failed = True

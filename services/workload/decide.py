@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,7 @@ def rendered(d: Deployment, provider: str, objects: list[dict[str, Any]], inputs
     primary = objects[0]
     fields = {
         "provider": {"resourceName": primary["metadata"]["name"], "resourceKind": primary["kind"]},
-        "replicas": {"desired": inputs.replicas, "ready": 0, "available": 0},
+        "replicas": {"desired": renderers.replicas(provider, inputs), "ready": 0, "available": 0},
         "endpoint": renderers.endpoint(provider, inputs),
     }
     return WorkloadRendered(
@@ -91,8 +92,16 @@ def withdrawn(d: Deployment, provider: str, objects: tuple[dict[str, Any], ...])
     return WorkloadWithdrawn(generation=d.generation, provider=provider, objects=tuple(ref(o) for o in objects))
 
 
-def decide(d: Deployment, builtin: tuple[str, ...], *, gateway_available: bool = False, cluster: bool = False) -> list[Intent]:
-    """The steps that bring this deployment's objects to what its selection and storage say."""
+def decide(
+    d: Deployment,
+    builtin: tuple[str, ...],
+    *,
+    gateway_available: bool = False,
+    cluster: bool = False,
+    settings: Mapping[str, str] | None = None,
+) -> list[Intent]:
+    """The steps that bring this deployment's objects to what its selection and storage say (`settings`: the
+    provider settings the process was started with, `render.settings`)."""
     previous = d.rendered
     if d.md is None or d.deleting:  # deleted (or being deleted): take its objects away
         return [Intent(withdrawn(d, previous.provider, previous.objects), remove=list(previous.objects))] if previous else []
@@ -118,7 +127,7 @@ def decide(d: Deployment, builtin: tuple[str, ...], *, gateway_available: bool =
             message=f"provider {provider} renders this deployment with its own controller; Jetway does not",
         )
         return [*steps, Intent(StatusReported(generation=d.generation, status=StatusSlice(conditions=(condition,))))]
-    inputs = Inputs(d.key, d.uid, d.md, selection.engine, storage, gateway_available)
+    inputs = Inputs(d.key, d.uid, d.md, selection.engine, storage, gateway_available, settings or {})
     try:
         objects = renderers.render(provider, inputs)
     except RenderError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from contracts.admission import admit
 from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved, deleted_by_hand
@@ -40,12 +40,18 @@ class WorkloadService(Service):
     )
 
     def __init__(
-        self, writer: Writer | None = None, *, gateway_available: Callable[[], bool] | None = None, resync_interval: float | None = None
+        self,
+        writer: Writer | None = None,
+        *,
+        gateway_available: Callable[[], bool] | None = None,
+        resync_interval: float | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.state = WorkloadState()
         self.writer: Writer = writer or RecordedWriter()
         self._gateway_available = gateway_available
         self.resync_interval = resync_interval  # level-triggered: objects deleted by hand come back
+        self.settings = dict(settings or {})  # provider settings (render.settings), from the process's environment
         self.registered_by: dict[str, str] = {}  # provider → who wrote its current spec
         self.configs = {c["metadata"]["name"]: c for c in builtin_configs()}
 
@@ -85,7 +91,10 @@ class WorkloadService(Service):
         deployment = self.state.deployments.get(key)
         if deployment is None:
             return
-        for step in decide.decide(deployment, BUILTIN, gateway_available=self.gateway_available(), cluster=self.writer.cluster):
+        steps = decide.decide(
+            deployment, BUILTIN, gateway_available=self.gateway_available(), cluster=self.writer.cluster, settings=self.settings
+        )
+        for step in steps:
             if step.remove:
                 await self.writer.delete(step.remove, manager=self.name)
             record: Decision = step.record

@@ -5,16 +5,20 @@ In a cluster it writes each deployment's objects, and re-asserts them every JETW
 
 from __future__ import annotations
 
+import os
+
 from runtime.entry import Context
 from runtime.kubewriter import KubeWriter
 from runtime.service import Runner
+from services.workload import render
 from services.workload.handlers import WorkloadService
 
 NAME = "workload"
 
 
 async def start(context: Context) -> list[Runner]:
+    settings = render.settings(os.environ)  # the providers' settings, e.g. KAITO's AIRUNWAY_KAITO_*
     if context.kube is None:
-        return [Runner(WorkloadService(), context.nc)]
+        return [Runner(WorkloadService(settings=settings), context.nc)]
     resync = float(context.env("JETWAY_RESYNC_SECONDS", "30"))
-    return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync), context.nc)]
+    return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync, settings=settings), context.nc)]

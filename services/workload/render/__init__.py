@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -25,4 +25,17 @@ def endpoint(provider: str, inputs: Inputs) -> dict[str, Any]:
     return function(inputs)
 
 
-__all__ = ["PROVIDERS", "Inputs", "RenderError", "endpoint", "render"]
+def replicas(provider: str, inputs: Inputs) -> int:
+    """The replicas the provider's objects ask for: `scaling.replicas`, unless the provider cannot run that
+    many (KAITO and KubeRay cannot scale to zero: their `replicas`)."""
+    function: Callable[[Inputs], int] | None = getattr(PROVIDERS[provider], "replicas", None)
+    return function(inputs) if function else inputs.replicas
+
+
+def settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The provider settings (each renderer's `SETTINGS` names) set in `environ`, for `Inputs.settings`:
+    a process reads its environment once, and rendering stays pure."""
+    return {name: environ[name] for module in PROVIDERS.values() for name in getattr(module, "SETTINGS", ()) if name in environ}
+
+
+__all__ = ["PROVIDERS", "Inputs", "RenderError", "endpoint", "render", "replicas", "settings"]

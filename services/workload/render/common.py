@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.modeldeployment import DEFAULT_GPU_TYPE, ModelDeployment
@@ -27,6 +28,8 @@ class Inputs:
     engine: str
     storage: StoragePlanned | None = None
     gateway_available: bool = False
+    # provider settings from the workload service's environment, read at start-up (KAITO's AIRUNWAY_KAITO_*)
+    settings: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

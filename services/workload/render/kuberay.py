@@ -13,6 +13,7 @@ from services.workload.render.common import (
     apply_overrides,
     env,
     labels,
+    merge_overrides,
     pod_annotations,
     pod_labels,
     scheduling,
@@ -49,6 +50,12 @@ def _pod(inputs: Inputs, name: str, image: str, limits: dict[str, str], extra_en
     return {"metadata": {"labels": pod_labels(inputs, {}), "annotations": pod_annotations(inputs)}, "spec": spec}
 
 
+def replicas(inputs: Inputs) -> int:
+    """Ray Serve refuses `num_replicas: 0` (a positive integer or "auto"), and the RayService would never
+    serve, so `scaling.replicas: 0` renders one worker and one Serve replica, as AI Runway does."""
+    return inputs.replicas if inputs.replicas > 0 else 1
+
+
 def render(inputs: Inputs) -> list[dict[str, Any]]:
     if inputs.engine != "vllm":
         raise RenderError(f"KubeRay only supports vllm engine, got {inputs.engine}")
@@ -65,7 +72,7 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
     }
     groups = []
     if not disaggregated:
-        groups.append(("gpu-workers", inputs.replicas, inputs.gpus, inputs.gpu_type, memory))
+        groups.append(("gpu-workers", replicas(inputs), inputs.gpus, inputs.gpu_type, memory))
     else:
         for role in ("prefill", "decode"):
             component = getattr(spec.scaling, role) if spec.scaling else None
@@ -89,27 +96,29 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
                 "name": "llm",
                 "route_prefix": "/",
                 "import_path": "vllm_serve:deployment",
-                "deployments": [{"name": "VLLMDeployment", "num_replicas": sum(g[1] for g in groups)}],
+                # one Serve replica per worker pod (AI Runway: scaling.replicas, disaggregated too); never 0
+                "deployments": [{"name": "VLLMDeployment", "num_replicas": max(sum(g[1] for g in groups), 1)}],
             }
         ]
     }
-    return [
-        {
-            "apiVersion": "ray.io/v1",
-            "kind": "RayService",
-            "metadata": metadata(
-                inputs.name,
-                inputs.key,
-                inputs.uid,
-                {**template_labels(inputs), **labels(inputs), MODEL_DEPLOYMENT: inputs.name},
-                pod_annotations(inputs) or None,
-            ),
-            "spec": {
-                "serveConfigV2": yaml.safe_dump(serve, sort_keys=False),
-                "rayClusterConfig": {"headGroupSpec": head, "workerGroupSpecs": workers},
-            },
-        }
-    ]
+    service: dict[str, Any] = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": metadata(
+            inputs.name,
+            inputs.key,
+            inputs.uid,
+            {**template_labels(inputs), **labels(inputs), MODEL_DEPLOYMENT: inputs.name},
+            pod_annotations(inputs) or None,
+        ),
+        "spec": {
+            "serveConfigV2": yaml.safe_dump(serve, sort_keys=False),
+            "rayClusterConfig": {"headGroupSpec": head, "workerGroupSpecs": workers},
+        },
+    }
+    # AI Runway's KubeRay provider ignores overrides; Jetway merges them, last, as its other providers do
+    merge_overrides(service, inputs)
+    return [service]
 
 
 def endpoint(inputs: Inputs) -> dict[str, Any]:
