@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from contracts.admission import Admission, admit
+from contracts.admission import Admission, admit, stored
 from contracts.cluster import OBSERVED
 from contracts.events import Envelope, Event, ResourceDeleted, StatusReported, StatusSlice
 from contracts.gateway import PROBE_SIGNALS, ProbeSignal
@@ -19,6 +19,7 @@ from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
 from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
+from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
 from contracts.subjects import ALL_EVENTS, SPEC, Key
 from runtime.eventstore import Conflict, EventTooLarge
 from runtime.resources import ResourceState
@@ -112,7 +113,25 @@ class WatcherService(Service):
                 verdict.problems += policy(verdict.obj, allow_link_local=self.allow_link_local)
             if isinstance(verdict.obj, ModelDeployment) and current is not None:
                 verdict.problems += md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj)
+            if isinstance(verdict.obj, ModelDeployment):
+                problems, warnings = check_named_provider(verdict.obj, self.provider_lookup(verdict.obj))
+                verdict.problems += problems
+                verdict.warnings += warnings
         return verdict, current
+
+    def provider_lookup(self, md: ModelDeployment) -> ProviderLookup:
+        return self.known_provider(provider_to_check(md) or "")
+
+    def known_provider(self, name: str) -> ProviderLookup:
+        """The named provider as the projection knows it (registered providers are events like any other).
+        Before any provider is known at all (a start-up still replaying), nothing can be said: a warning."""
+        state = self.state.resources.items.get(Key("InferenceProviderConfig", "", name)) if name else None
+        if state is None or state.deleting:
+            if not any(k.kind == "InferenceProviderConfig" for k in self.state.resources.items):
+                return ProviderLookup("unavailable", reason="no InferenceProviderConfig is registered yet")
+            return ProviderLookup("not-found")
+        config = stored("InferenceProviderConfig", name, "", state.spec)
+        return ProviderLookup("found", spec=config.spec)  # type: ignore[attr-defined]
 
     async def apply(self, doc: Any, *, dry_run: bool) -> tuple[Plan, Admission] | Refused:
         assert self.runner is not None

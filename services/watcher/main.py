@@ -145,8 +145,12 @@ async def start(context: Context) -> list[Runner]:
             except KubeError as exc:
                 raise SystemExit(f"cannot set up the admission webhook's certificate: {exc}") from None
             tls = issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
+        lookup = webhook.cluster_lookup(watcher.service, kube)
         hooks = await webhook.serve(
-            webhook.build_app(allow_link_local=allow_link_local), "0.0.0.0", int(context.env("JETWAY_WEBHOOK_PORT", "9443")), tls
+            webhook.build_app(allow_link_local=allow_link_local, lookup=lookup),
+            "0.0.0.0",
+            int(context.env("JETWAY_WEBHOOK_PORT", "9443")),
+            tls,
         )
 
         async def stop_hooks() -> None:

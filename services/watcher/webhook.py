@@ -12,7 +12,8 @@ import base64
 import json
 import logging
 import ssl
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -21,7 +22,14 @@ from contracts.documents import DocumentError, load_json
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
 from contracts.rules import modeldeployment as md_rules
+from contracts.rules.provider import ProviderLookup, check_named_provider
+from runtime.kube import Kube, KubeError, NotFound
 from services.watcher.apply import policy
+
+if TYPE_CHECKING:
+    from services.watcher.handlers import WatcherService
+
+PROVIDER_API = "airunway.ai/v1alpha1"
 
 log = logging.getLogger("jetway.webhook")
 REVIEW = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
@@ -39,8 +47,20 @@ def _desired(obj: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def review(request: dict[str, Any], *, mutate: bool, allow_link_local: bool = False) -> dict[str, Any]:
-    """The AdmissionResponse for one AdmissionRequest."""
+def named_provider(request: dict[str, Any]) -> str | None:
+    """The `spec.provider.name` of a ModelDeployment under review, to look up before judging it."""
+    obj = request.get("object")
+    if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or obj.get("kind") != "ModelDeployment":
+        return None
+    provider = (obj.get("spec") or {}).get("provider") if isinstance(obj.get("spec"), dict) else None
+    name = provider.get("name") if isinstance(provider, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def review(
+    request: dict[str, Any], *, mutate: bool, allow_link_local: bool = False, provider: ProviderLookup | None = None
+) -> dict[str, Any]:
+    """The AdmissionResponse for one AdmissionRequest; `provider` is what looking its named provider up gave."""
     uid = request.get("uid", "")
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(request.get("object"), dict):
@@ -55,6 +75,10 @@ def review(request: dict[str, Any], *, mutate: bool, allow_link_local: bool = Fa
         if isinstance(verdict.obj, ModelDeployment) and isinstance(old, dict):
             recorded = ((old.get("status") or {}).get("provider") or {}).get("name")
             verdict.problems += md_rules.check_provider_switch(recorded if isinstance(recorded, str) else None, verdict.obj)
+        if isinstance(verdict.obj, ModelDeployment) and provider is not None and not mutate:
+            problems, warnings = check_named_provider(verdict.obj, provider)
+            verdict.problems += problems
+            verdict.warnings += warnings
     if verdict.warnings:
         response["warnings"] = list(verdict.warnings)
     if mutate:
@@ -83,7 +107,34 @@ def review(request: dict[str, Any], *, mutate: bool, allow_link_local: bool = Fa
     return response
 
 
-def build_app(*, allow_link_local: bool = False) -> web.Application:
+Lookup = Callable[[str], Awaitable[ProviderLookup]]
+
+
+def cluster_lookup(watcher: WatcherService, kube: Kube) -> Lookup:
+    """The projection first; a provider it does not know yet is asked of the API server, as AI Runway's
+    webhook falls back from its cache, and the answer's kind decides (contracts/rules/provider.py)."""
+
+    async def lookup(name: str) -> ProviderLookup:
+        known = watcher.known_provider(name)
+        if known.outcome == "found":
+            return known
+        try:
+            obj = await kube.get(PROVIDER_API, "InferenceProviderConfig", name)
+        except NotFound:
+            installed = kube.discovery.find(PROVIDER_API, "InferenceProviderConfig") is not None
+            return ProviderLookup("not-found" if installed else "not-installed")
+        except KubeError as exc:
+            return ProviderLookup("forbidden" if exc.status in (401, 403) else "unavailable", reason=f"{exc.status} {exc.reason}")
+        except (OSError, TimeoutError) as exc:
+            return ProviderLookup("unavailable", reason=type(exc).__name__)
+        admitted = admit(obj if isinstance(obj, dict) else {})
+        spec = getattr(admitted.obj, "spec", None)
+        return ProviderLookup("found", spec=spec) if spec is not None else ProviderLookup("unavailable", reason="its spec is not valid")
+
+    return lookup
+
+
+def build_app(*, allow_link_local: bool = False, lookup: Lookup | None = None) -> web.Application:
     async def handle(request: web.Request, mutate: bool) -> web.Response:
         try:
             body = load_json(await request.read())  # depth-bounded, like every document we read
@@ -91,7 +142,9 @@ def build_app(*, allow_link_local: bool = False) -> web.Application:
             return web.json_response({"error": "the body must be an AdmissionReview in JSON"}, status=400)
         if not isinstance(body, dict) or body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
             return web.json_response({"error": "expected an AdmissionReview with a request"}, status=400)
-        answer = review(body["request"], mutate=mutate, allow_link_local=allow_link_local)
+        name = named_provider(body["request"]) if lookup is not None and not mutate else None
+        found = await lookup(name) if lookup is not None and name else None
+        answer = review(body["request"], mutate=mutate, allow_link_local=allow_link_local, provider=found)
         if not answer["allowed"]:
             log.info("denied %s: %s", body["request"].get("kind", {}), answer["status"]["message"])
         return web.json_response({**REVIEW, "response": answer})

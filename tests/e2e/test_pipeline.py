@@ -162,15 +162,17 @@ async def test_spec_changes_follow_and_a_provider_switch_is_refused(stack: Stack
     assert [o["kind"] for o in found["objects"]["workload"]] == ["Deployment", "Service"]
 
 
-async def test_selection_failures_show_in_status_and_recover_when_a_provider_arrives(stack: Stack, services: list[Runner]) -> None:
-    await stack.apply(changed(MD, {"spec.engine.type": "sglang", "spec.provider": {"name": "acme"}}))
-
-    async def waiting() -> dict[str, Any] | None:
-        _, view = await stack.get("/v1/kinds/md/qwen")
-        return next((c for c in view["status"].get("conditions", []) if c["type"] == "ProviderSelected"), None)
-
-    condition = await eventually(waiting, message="selection recorded")
-    assert condition["status"] == "True"  # explicit and unregistered: nothing to check against (AI Runway's rule)
+async def test_unknown_or_incapable_providers_are_refused_and_validation_failures_show_in_status(stack: Stack, services: list[Runner]) -> None:
+    # an unknown provider is refused at admission, as AI Runway's webhook does, and nothing is stored
+    status, body = await stack.apply(changed(MD, {"spec.engine.type": "sglang", "spec.provider": {"name": "acme"}}))
+    assert status == 400
+    assert [(e["path"], e["message"]) for e in body["errors"]] == [("spec.provider.name", 'InferenceProviderConfig "acme" not found')]
+    missing, _ = await stack.get("/v1/kinds/md/qwen")
+    assert missing == 404
+    # a provider that cannot run the engine is refused with its capability's words
+    status, body = await stack.apply(changed(MD, {"spec.engine.type": "llamacpp", "spec.provider": {"name": "vllm"}}))
+    assert status == 400
+    assert [(e["path"], e["message"]) for e in body["errors"]] == [("spec.engine.type", "provider vllm does not support engine llamacpp")]
     await stack.apply(
         changed(MD, {"metadata.name": "cpu-only", "spec.engine": {"type": "trtllm"}, "spec.resources": {"gpu": {"count": 0}}})
     )

@@ -19,9 +19,13 @@ import pytest
 import yaml
 from aiohttp import web
 
-from runtime.kube import KubeError
+from contracts.admission import admit
+from contracts.modeldeployment import ModelDeployment
+from contracts.rules.provider import check_named_provider
+from runtime.kube import Kube, KubeError
 from services.watcher import certs, webhook
-from tests.contracts.cases import MD, changed
+from services.watcher.handlers import WatcherService
+from tests.contracts.cases import IPC, MD, changed
 from tests.kube.test_deploy_applied import KUBECTL
 from tests.kube.test_processes import free_port
 from tests.support.cluster import Cluster, RealServer, cluster_for_tests
@@ -42,14 +46,18 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
 class Webhook:
     """The watcher's webhook app on a fixed port, so it can go down and come back where the API server calls it."""
 
-    def __init__(self) -> None:
+    def __init__(self, lookup: webhook.Lookup | None = None) -> None:
         self.issued = certs.issue(["localhost"], ips=("127.0.0.1",), days=1)
         self.port = free_port()
+        self.lookup = lookup
         self.runner: web.AppRunner | None = None
 
     async def up(self) -> None:
         self.runner = await webhook.serve(
-            webhook.build_app(), "127.0.0.1", self.port, self.issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
+            webhook.build_app(lookup=self.lookup),
+            "127.0.0.1",
+            self.port,
+            self.issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-"))),
         )
 
     async def down(self) -> None:
@@ -90,7 +98,8 @@ async def called(real_server: RealServer) -> AsyncIterator[tuple[Cluster, Webhoo
         pytest.skip("writes cluster-wide webhook configurations: runs on the test control plane, not on a shared cluster")
     async with cluster_for_tests(real_server) as cluster:
         await cluster.install_crds()
-        hook = Webhook()
+        # an empty projection: every named provider is asked of the API server, as a just-started watcher does
+        hook = Webhook(webhook.cluster_lookup(WatcherService(), cluster.kube))
         await hook.up()
         name = f"jetway-test-{cluster.namespace}"
         for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
@@ -174,3 +183,44 @@ async def test_kubectl_apply_meets_the_webhook_refusals_defaults_and_its_failure
     plain = await cluster.kube.get(MDV, "ModelDeployment", "unmutated", cluster.namespace)
     added_by_webhook = set(expected) - set(_leaves(plain["spec"]))
     assert added_by_webhook, "the mutating webhook added nothing the CRD's own defaults do not"
+
+
+async def test_the_webhook_looks_the_named_provider_up_as_ai_runway_does(called: tuple[Cluster, Webhook]) -> None:
+    """upstream: modeldeployment_webhook_test "Should reject when provider not found in cluster", and the
+    compatibility cases ("does not support engine sglang"), through kubectl and the real API server."""
+    cluster, _ = called
+    missing = await apply(cluster, manifest(cluster, "lost", **{"spec.provider": {"name": "nonexistent"}}))
+    assert missing.returncode != 0, missing.stderr
+    assert 'spec.provider.name: InferenceProviderConfig "nonexistent" not found' in missing.stderr
+    assert await cluster.kube.get_or_none(MDV, "ModelDeployment", "lost", cluster.namespace) is None
+
+    acme = f"acme-{cluster.namespace}"
+    provider = changed(IPC, {"metadata.name": acme})
+    await cluster.kube.create(provider)
+    try:
+        wrong = await apply(cluster, manifest(cluster, "wrong", **{"spec.provider": {"name": acme}, "spec.engine.type": "sglang"}))
+        assert wrong.returncode != 0 and f"provider {acme} does not support engine sglang" in wrong.stderr
+        right = await apply(cluster, manifest(cluster, "right", **{"spec.provider": {"name": acme}}))
+        assert right.returncode == 0, right.stderr
+    finally:
+        await cluster.kube.delete(MDV, "InferenceProviderConfig", acme)
+
+
+async def test_a_webhook_that_cannot_read_providers_refuses_rather_than_skipping(real_server: RealServer) -> None:
+    """upstream: "Should reject admission when provider lookup is Forbidden (webhook RBAC misconfigured)": skipping
+    would switch the check off cluster-wide unnoticed."""
+    if not real_server.owned:
+        pytest.skip("makes a cluster-wide identity: runs on the test control plane, not on a shared cluster")
+    async with cluster_for_tests(real_server) as cluster:
+        await cluster.install_crds()
+        kubeconfig = await cluster.identity("jetway-no-providers", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}])
+        kube = await Kube.connect(kubeconfig)
+        try:
+            found = await webhook.cluster_lookup(WatcherService(), kube)("dynamo")
+        finally:
+            await kube.close()
+    assert found.outcome == "forbidden" and found.reason.startswith("403")
+    md = admit(changed(MD, {"spec.provider": {"name": "dynamo"}})).obj
+    assert isinstance(md, ModelDeployment)
+    problems, _ = check_named_provider(md, found)
+    assert [str(p) for p in problems] == ['spec.provider.name: cannot verify provider "dynamo": 403 Forbidden']
