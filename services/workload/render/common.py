@@ -10,7 +10,7 @@ from typing import Any
 from contracts.modeldeployment import DEFAULT_GPU_TYPE, ModelDeployment
 from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MODEL_DEPLOYMENT, MODEL_SOURCE, managed_labels
 from contracts.pipeline import StoragePlanned
-from contracts.rules.modeldeployment import RESERVED_VLLM_FLAGS, flag_key
+from contracts.rules.modeldeployment import ARG_KEY, RESERVED_VLLM_FLAGS, flag_key
 from contracts.subjects import Key
 
 HF_TOKEN_KEY = "HF_TOKEN"
@@ -141,22 +141,48 @@ def storage_volumes(inputs: Inputs) -> tuple[list[dict[str, Any]], list[dict[str
     return [dict(v) for v in inputs.storage.volumes], [dict(m) for m in inputs.storage.mounts]
 
 
-def vllm_args(inputs: Inputs, *, networking: bool, prefix_off_flag: bool, dedupe: bool = True) -> list[str]:
-    """vLLM's flags in AI Runway's order; a flag the user also set in args or extraArgs is theirs."""
+NETWORKING = (
+    "conflicts with Direct vLLM generated networking; Direct vLLM currently requires host 0.0.0.0 and port 8000 "
+    "to keep the container, Service, and probes aligned"
+)
+
+
+def _reserved(key: str | None) -> bool:
+    """Whether a flag is one Direct vLLM owns, however it is written (`port`, `--port`, `--port=9000`)."""
+    return key is not None and key.strip().lstrip("-").split("=", 1)[0].strip() in RESERVED_VLLM_FLAGS
+
+
+def vllm_args(
+    inputs: Inputs,
+    *,
+    networking: bool,
+    prefix_off_flag: bool,
+    dedupe: bool = True,
+    gpus: int | None = None,
+    kv_transfer: str | None = None,
+) -> list[str]:
+    """vLLM's flags in AI Runway's order; a flag the user also set in args or extraArgs is theirs.
+
+    `gpus` is the tensor-parallel size when it is not `spec.resources.gpu.count` (a disaggregated component's);
+    `kv_transfer` is the `--kv-transfer-config` of a disaggregated role. The checks are admission's, repeated
+    because a render must not emit what admission refuses (AI Runway's transformers repeat them too)."""
     engine = inputs.spec.engine
     args = dict(engine.args or {}) if engine else {}
     extra = list(engine.extraArgs or []) if engine else []
-    for key in args:
-        if flag_key("--" + key) in [flag_key(t) for t in extra]:
-            raise RenderError(f'launch flag "{key}" is set in both spec.engine.args and spec.engine.extraArgs')
-    user = set(args) | {k for k in (flag_key(t) for t in extra) if k}
     if networking:
-        for reserved in RESERVED_VLLM_FLAGS:
-            if reserved in user:
-                raise RenderError(
-                    f'engine arg "{reserved}" conflicts with Direct vLLM generated networking; Direct vLLM requires host '
-                    "0.0.0.0 and port 8000 (the Service and probes use them)"
-                )
+        for key in args:
+            if _reserved(key):
+                raise RenderError(f'engine arg "{key}" {NETWORKING}')
+        for token in extra:
+            if _reserved(flag_key(token)):
+                raise RenderError(f'engine extraArg "{token}" {NETWORKING}')
+    for token in extra:
+        if flag_key(token) in args:
+            raise RenderError(
+                f'launch flag "{flag_key(token)}" is set in both spec.engine.args and spec.engine.extraArgs ("{token}"); '
+                "set it in exactly one place so the engine does not receive conflicting values"
+            )
+    user = set(args) | {k for k in (flag_key(t) for t in extra) if k}
     derived: list[tuple[str, str | None]] = []
     if networking:
         derived += [("host", "0.0.0.0"), ("port", "8000")]
@@ -174,14 +200,19 @@ def vllm_args(inputs: Inputs, *, networking: bool, prefix_off_flag: bool, dedupe
         derived.append(("enable-prefix-caching", None))
     elif prefix_off_flag:
         derived.append(("no-enable-prefix-caching", None))
-    if inputs.gpus > 1:
-        derived.append(("tensor-parallel-size", str(inputs.gpus)))
+    tensor_parallel = inputs.gpus if gpus is None else gpus
+    if tensor_parallel > 1:
+        derived.append(("tensor-parallel-size", str(tensor_parallel)))
+    if kv_transfer is not None:
+        derived.append(("kv-transfer-config", kv_transfer))
     out: list[str] = []
     for key, value in derived:
         if dedupe and key in user:
             continue
         out += [f"--{key}"] if value is None else [f"--{key}", value]
     for key in sorted(args):
+        if not ARG_KEY.match(key):
+            raise RenderError(f'invalid engine arg key "{key}": must contain only alphanumeric characters, hyphens, and underscores')
         out += [f"--{key}"] if args[key] == "" else [f"--{key}", args[key]]
     return out + extra
 
