@@ -249,6 +249,6 @@ def test_names_derived_from_the_longest_admitted_name_still_name_a_service() -> 
     objects = render.render("llmd", inputs({**DISAGG, "metadata.name": longest}))
     names = [o["metadata"]["name"] for o in objects]
     assert all(len(n) <= 63 and n[0].isalpha() and n[-1].isalnum() for n in names), names
-    assert names[0].endswith("-decode") and render.endpoint("llmd", inputs({**DISAGG, "metadata.name": longest}))["service"] == names[1]
+    assert names[0].endswith("-decode") and render.endpoint("llmd", inputs({**DISAGG, "metadata.name": longest}))["service"] == names[2]
     assert child_name(longest, "-epp") != child_name(sibling, "-epp")  # cut to the same prefix, told apart by the hash
     assert child_name("qwen", "-epp") == "qwen-epp"  # names that fit are left as they were
