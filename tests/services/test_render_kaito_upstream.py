@@ -424,3 +424,15 @@ def test_jetway_offline_render_honours_the_environment(monkeypatch: pytest.Monke
     assert cli_render.run([str(path)], [], out, err) == 0, err.getvalue()
     (ws,) = [d for d in yaml.safe_load_all(out.getvalue()) if d and d.get("kind") == "Workspace"]
     assert ws["resource"]["instanceType"] == GPU_SKU
+
+
+def test_jetway_mounts_the_model_cache_in_the_llama_cpp_template() -> None:
+    """Not upstream (AI Runway's KAITO ignores storage): the llama.cpp pod mounts the volumes the storage plan
+    made, where HF_HOME points; a vLLM preset has no pod of Jetway's to mount them in."""
+    volumes = [{"name": "model-cache", "purpose": "modelCache", "size": "50Gi"}]
+    ws = workspace({**LLAMACPP, "spec.model.storage.volumes": volumes})
+    model = container(ws)
+    (mount,) = model["volumeMounts"]
+    assert mount["mountPath"] == "/model-cache" and {"name": "HF_HOME", "value": "/model-cache"} in model["env"]
+    assert [v["name"] for v in ws["inference"]["template"]["spec"]["volumes"]] == [mount["name"]]
+    assert "volumes" not in workspace(LLAMACPP)["inference"]["template"]["spec"]

@@ -317,3 +317,17 @@ def test_jetway_security_overrides_reach_every_ray_pod() -> None:
         assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000}
         assert pod["spec"]["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False}
     assert "workload" not in rs and "container" not in rs["spec"]
+
+
+def test_jetway_mounts_the_model_cache_on_every_ray_pod() -> None:
+    """Not upstream (AI Runway's KubeRay ignores storage): the volumes the storage plan made, mounted where
+    HF_HOME points, on the head and the workers, so the downloaded model is what vLLM reads."""
+    volumes = [{"name": "model-cache", "purpose": "modelCache", "size": "50Gi"}]
+    rs = ray_service({"spec.model.storage.volumes": volumes})
+    for pod in [rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"], *(g["template"] for g in workers(rs))]:
+        (container,) = pod["spec"]["containers"]
+        (mount,) = container["volumeMounts"]
+        assert mount["mountPath"] == "/model-cache"
+        assert {"name": "HF_HOME", "value": "/model-cache"} in container["env"]
+        assert [v["name"] for v in pod["spec"]["volumes"]] == [mount["name"]]
+    assert "volumes" not in ray_service()["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]

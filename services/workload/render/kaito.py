@@ -14,6 +14,7 @@ from services.workload.render.common import (
     labels,
     merge_overrides,
     pod_annotations,
+    storage_volumes,
     template_labels,
 )
 
@@ -99,7 +100,12 @@ def _llamacpp_template(inputs: Inputs) -> dict[str, Any]:
     variables = env(inputs)
     if variables:
         container["env"] = variables
+    volumes, mounts = storage_volumes(inputs)  # the model cache HF_HOME points at
+    if mounts:
+        container["volumeMounts"] = mounts
     pod: dict[str, Any] = {"containers": [container]}
+    if volumes:
+        pod["volumes"] = volumes
     if spec.tolerations:
         pod["tolerations"] = [t.wire() for t in spec.tolerations]
     apply_overrides(inputs, pod, container, [container])

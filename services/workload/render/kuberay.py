@@ -17,6 +17,7 @@ from services.workload.render.common import (
     pod_annotations,
     pod_labels,
     scheduling,
+    storage_volumes,
     template_labels,
 )
 
@@ -45,7 +46,12 @@ def _pod(inputs: Inputs, name: str, image: str, limits: dict[str, str], extra_en
     variables = extra_env + env(inputs)
     if variables:
         container["env"] = variables
+    volumes, mounts = storage_volumes(inputs)  # the model cache HF_HOME points at, on every Ray pod
+    if mounts:
+        container["volumeMounts"] = mounts
     spec: dict[str, Any] = {"containers": [container], **scheduling(inputs)}
+    if volumes:
+        spec["volumes"] = volumes
     apply_overrides(inputs, spec, container, [container])
     return {"metadata": {"labels": pod_labels(inputs, {}), "annotations": pod_annotations(inputs)}, "spec": spec}
 
