@@ -20,6 +20,7 @@ ENGINE_TYPE = "airunway.ai/engine-type"
 MODEL_SOURCE = "airunway.ai/model-source"
 JOB_TYPE = "airunway.ai/job-type"
 PAUSED = "airunway.ai/reconcile-paused"
+DYNAMO_TEST_BACKEND = "airunway.ai/dynamo-test-backend"  # "mocker": Dynamo's GPU-less test backend
 # A cluster-scoped object cannot name a namespaced owner (the garbage collector never resolves it), so such
 # an object records its owner here, and the writer checks it as it checks a controller reference.
 OWNER_UID = "jetway.dev/owner-uid"

@@ -17,6 +17,7 @@ from contracts.modeldeployment import (
 )
 from contracts.problems import PathPart, Problem, at
 from contracts.quantity import parse_quantity
+from contracts.rules.dynamo import check as check_dynamo
 from contracts.rules.overrides import check_overrides
 
 SYSTEM_PATHS = ("/dev", "/proc", "/sys", "/etc", "/var/run")
@@ -142,6 +143,7 @@ def check(md: ModelDeployment, *, creating: bool = True) -> tuple[list[Problem],
     problems += _check_serving(md, warnings)
     problems += _check_ceilings(md)
     problems += _check_pod_fields(md)
+    problems = check_dynamo(md, problems)
     return problems, warnings
 
 

@@ -22,6 +22,7 @@ from contracts.events import StatusCondition, StatusSlice
 from contracts.modeldeployment import ENGINE_PREFERENCE, ModelDeployment
 from contracts.pipeline import ProviderSelected, SelectionFailed
 from contracts.providerconfig import EngineCapability, InferenceProviderConfigSpec
+from contracts.rules import dynamo as dynamo_rules
 from contracts.rules import modeldeployment as md_rules
 
 
@@ -152,6 +153,8 @@ def select_engine(md: ModelDeployment, previous: ProviderSelected | None, provid
 
 def compatibility(md: ModelDeployment, engine: str, providers: list[Provider]) -> str | None:
     """AI Runway's CheckProviderCompatibility: why this spec cannot run, or None."""
+    if dynamo_rules.mocker(md):  # Dynamo's GPU-less test backend: AI Runway skips this check for it, vLLM only
+        return dynamo_rules.engine_problem(engine)
     mode, gpu = mode_of(md), wants_gpu(md)
     named = md.spec.provider.name if md.spec.provider and md.spec.provider.name else None
     if named:
