@@ -121,6 +121,19 @@ def _unknown_field(model: type[BaseModel], loc: Sequence[PathPart]) -> str:
     return f"unknown field{hint} (allowed: {', '.join(allowed)})"
 
 
+def not_supported(value: Any, supported: Sequence[str]) -> str:
+    """A value outside an enum, in the words of Kubernetes' field.NotSupported, which the API server
+    uses for every CRD enum: `Unsupported value: "banana": supported values: "a", "b"`."""
+    return f"Unsupported value: {show(value)}: supported values: {', '.join(show(s) for s in supported)}"
+
+
+def _is_custom_resource(model: type[BaseModel]) -> bool:
+    """AI Runway's kinds are Kubernetes custom resources (airunway.ai): their enums are refused as the
+    API server refuses them. The Airdress member keeps its operator's own words."""
+    api_version = model.model_fields.get("apiVersion")
+    return api_version is not None and str(api_version.default).startswith("airunway.ai/")
+
+
 def words(error: dict[str, Any], model: type[BaseModel]) -> str:
     """One pydantic error as the rule in words."""
     kind = error["type"]
@@ -133,6 +146,8 @@ def words(error: dict[str, Any], model: type[BaseModel]) -> str:
         return _unknown_field(model, loc)
     if kind == "literal_error":
         options = re.findall(r"'((?:[^'\\]|\\.)*)'", str(ctx.get("expected", "")))
+        if _is_custom_resource(model):
+            return not_supported(given, options)
         return f"must be one of {', '.join(options)} (got {show(given)})"
     if kind in _EXPECTS:
         return f"{_EXPECTS[kind]} (got {type_name(given)}: {show(given)})"

@@ -29,6 +29,7 @@ ARG_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 RESERVED_VLLM_FLAGS = ("host", "port")
 DOWNLOAD_JOB_SUFFIX = "-model-download"
 MAX_JOB_NAME = 63  # a Job's name becomes its pods' job-name label value
+MAX_CLAIM_NAME = 253  # a PVC's name is a DNS subdomain
 
 
 def blank(value: str | None) -> bool:
@@ -218,9 +219,7 @@ def check_storage(md: ModelDeployment, warnings: list[str]) -> list[Problem]:
                 at([*here, "storageClassName"], "storageClassName is only applicable when size is set (controller-created PVCs)")
             )
         claim = resolved_claim_name(md.metadata.name, volume) if (sized or not blank(volume.claimName)) else None
-        if claim is not None and not is_dns_subdomain(claim):
-            field = "claimName" if not blank(volume.claimName) else "name"
-            problems.append(at([*here, field], f'claim name "{claim}" must be a DNS subdomain of at most 253 characters'))
+        problems += _check_claim_name(md.metadata.name, volume, here)
         if volume.mountPath is None:
             if volume.purpose == "custom":
                 problems.append(at([*here, "mountPath"], "mountPath is required when purpose is custom"))
@@ -246,21 +245,49 @@ def check_storage(md: ModelDeployment, warnings: list[str]) -> list[Problem]:
             else:
                 seen["purpose"][volume.purpose] = i
         if volume.readOnly and volume.purpose == "compilationCache":
-            warnings.append(f"volumes[{i}]: a read-only compilationCache cannot store compiled artefacts")
+            warnings.append(
+                f'storage volume "{volume.name}" has purpose=compilationCache with readOnly=true; compilation cache requires write access'
+            )
         if volume.readOnly and volume.purpose == "modelCache" and md.spec.model.source == "huggingface":
             warnings.append(
-                f"volumes[{i}]: the modelCache is read-only, so model download will be skipped; the model must already be on the volume"
+                f'storage volume "{volume.name}" has purpose=modelCache with readOnly=true; model download will be skipped '
+                "(ensure the PVC already contains the model data)"
             )
-    if managed_model_cache(md) is not None and len(md.metadata.name) + len(DOWNLOAD_JOB_SUFFIX) > MAX_JOB_NAME:
-        limit = MAX_JOB_NAME - len(DOWNLOAD_JOB_SUFFIX)
+    job = md.metadata.name + DOWNLOAD_JOB_SUFFIX
+    if managed_model_cache(md) is not None and len(job) > MAX_JOB_NAME:
         problems.append(
             at(
                 ["metadata", "name"],
-                f"must be at most {limit} characters when a writable modelCache makes Jetway "
-                f'create the download Job "<name>{DOWNLOAD_JOB_SUFFIX}" (Job names are at most {MAX_JOB_NAME} characters)',
+                f'auto-generated download Job name "{job}" exceeds the {MAX_JOB_NAME}-character limit of a Job name '
+                f"(it becomes its pods' job-name label; got {len(job)} characters); "
+                f"use a ModelDeployment name of at most {MAX_JOB_NAME - len(DOWNLOAD_JOB_SUFFIX)} characters",
             )
         )
     return problems
+
+
+def _check_claim_name(deployment: str, volume: StorageVolume, here: list[PathPart]) -> list[Problem]:
+    """A controller-created PVC is always `<deployment>-<volume>`: any other claimName could make the
+    controller take over, and on deletion remove, a PVC it did not create. A pre-existing one's name
+    must be one Kubernetes can have."""
+    if volume.size is None:
+        if blank(volume.claimName) or is_dns_subdomain(volume.claimName or ""):
+            return []
+        return [at([*here, "claimName"], f'claim name "{volume.claimName}" must be a DNS subdomain of at most {MAX_CLAIM_NAME} characters')]
+    generated = f"{deployment}-{volume.name}"
+    if not blank(volume.claimName) and volume.claimName != generated:
+        return [at([*here, "claimName"], f'claimName must not be set when size is set (auto-generated as "{generated}")')]
+    if len(generated) > MAX_CLAIM_NAME:
+        return [
+            at(
+                [*here, "name"],
+                f'auto-generated PVC claim name "{generated}" exceeds the {MAX_CLAIM_NAME}-character Kubernetes name limit '
+                f"(got {len(generated)} characters); use a shorter ModelDeployment or volume name",
+            )
+        ]
+    if not is_dns_subdomain(generated):
+        return [at([*here, "name"], f'claim name "{generated}" must be a DNS subdomain of at most {MAX_CLAIM_NAME} characters')]
+    return []
 
 
 _FIELD_WORDS = {"name": "volume name", "mountPath": "mount path", "claimName": "claim name"}
@@ -350,6 +377,7 @@ def check_update(old: ModelDeployment, new: ModelDeployment) -> list[Problem]:
     new_engine = new.spec.engine.type if new.spec.engine else None
     if old_engine and new_engine:
         immutable(["spec", "engine", "type"], old_engine, new_engine)
+    problems += check_provider_switch(_effective_provider(old), new)
     old_mode = old.spec.serving.mode if old.spec.serving else "aggregated"
     new_mode = new.spec.serving.mode if new.spec.serving else "aggregated"
     immutable(["spec", "serving", "mode"], old_mode, new_mode)
@@ -383,16 +411,20 @@ def _same_managed_volume(a: StorageVolume, b: StorageVolume) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in fields)
 
 
+def _effective_provider(md: ModelDeployment) -> str | None:
+    """The provider a ModelDeployment is pinned to: its spec's, else the one selection recorded in status."""
+    if md.spec.provider and md.spec.provider.name:
+        return md.spec.provider.name
+    if md.status and md.status.provider and md.status.provider.name:
+        return md.status.provider.name
+    return None
+
+
 def check_provider_switch(recorded: str | None, new: ModelDeployment) -> list[Problem]:
-    """`spec.provider.name` may not move away from the provider already selected (status.provider.name):
-    the old provider's objects would be orphaned; delete and recreate instead."""
+    """`spec.provider.name` may not move away from the provider already pinned (set in the old spec, or
+    selected and recorded in status.provider.name): the old provider's objects would be orphaned, so AI
+    Runway refuses it; delete and recreate instead. Clearing the name is no change (selection is sticky)."""
     wanted = new.spec.provider.name if new.spec.provider else None
     if recorded and wanted and wanted != recorded:
-        return [
-            at(
-                ["spec", "provider", "name"],
-                f'changing spec.provider.name from "{recorded}" to "{wanted}" after a provider has been '
-                "selected is not supported; delete and recreate the ModelDeployment to use a different provider",
-            )
-        ]
+        return [at(["spec", "provider", "name"], "provider.name is immutable (changing it requires delete and recreate)")]
     return []

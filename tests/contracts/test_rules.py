@@ -62,7 +62,7 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         MD,
         {VOL: [vol(claimName=None, size="1Gi", accessMode="ReadWrite")]},
         f"{VOL}[0].accessMode",
-        "must be one of ReadWriteOnce, ReadWriteMany, ReadOnlyMany, ReadWriteOncePod",
+        'Unsupported value: "ReadWrite": supported values: "ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"',
     ),
     ("accessMode only with size", MD, {VOL: [vol(accessMode="ReadWriteOnce")]}, f"{VOL}[0].accessMode", "only applicable when size is set"),
     (
@@ -103,17 +103,36 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         f"{VOL}[1].claimName",
         'duplicate claim name "qwen-y"',
     ),
+    (
+        "sized volume with its own claim name",
+        MD,
+        {VOL: [{"name": "cache", "purpose": "modelCache", "size": "100Gi", "claimName": "my-cache"}]},
+        f"{VOL}[0].claimName",
+        'claimName must not be set when size is set (auto-generated as "qwen-cache")',
+    ),
     # --- engine, serving, model
     (
         "engine type enum",
         MD,
         {"spec.engine.type": "tensorrt"},
         "spec.engine.type",
-        'must be one of vllm, sglang, trtllm, llamacpp (got "tensorrt")',
+        'Unsupported value: "tensorrt": supported values: "vllm", "sglang", "trtllm", "llamacpp"',
     ),
-    ("serving mode enum", MD, {"spec.serving": {"mode": "split"}}, "spec.serving.mode", "must be one of aggregated, disaggregated"),
+    (
+        "serving mode enum",
+        MD,
+        {"spec.serving": {"mode": "split"}},
+        "spec.serving.mode",
+        'Unsupported value: "split": supported values: "aggregated", "disaggregated"',
+    ),
     ("model id for huggingface", MD, {"spec.model": {"source": "huggingface"}}, "spec.model.id", "required when source is huggingface"),
-    ("source enum", MD, {"spec.model.source": "s3"}, "spec.model.source", "must be one of huggingface, custom"),
+    (
+        "source enum",
+        MD,
+        {"spec.model.source": "s3"},
+        "spec.model.source",
+        'Unsupported value: "s3": supported values: "huggingface", "custom"',
+    ),
     (
         "image conflict",
         MD,
@@ -346,11 +365,17 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         AD,
         {"spec.model": {"externalAPI": {"type": "gemini", "baseURL": "https://h", "modelName": "m"}}},
         "spec.model.externalAPI.type",
-        "must be one of openai, anthropic, azureOpenAI, custom",
+        'Unsupported value: "gemini": supported values: "openai", "anthropic", "azureOpenAI", "custom"',
     ),
     ("agent name length", AD, {"metadata.name": "a" * 64}, "metadata.name", "at most 63 characters"),
     ("framework name", AD, {"spec.framework.name": "Kagent"}, "spec.framework.name", "DNS label"),
-    ("lifecycle enum", AD, {"spec.lifecycle": "cron"}, "spec.lifecycle", "must be one of deployment, job"),
+    (
+        "lifecycle enum",
+        AD,
+        {"spec.lifecycle": "cron"},
+        "spec.lifecycle",
+        'Unsupported value: "cron": supported values: "deployment", "job"',
+    ),
     # --- AgentProviderConfig catalog
     (
         "catalog is JSON",
@@ -387,13 +412,19 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         'metadata.annotations["airunway.ai/agent-catalog"][0].title',
         "required",
     ),
-    ("backend enum", APC, {"spec.capabilities.backend": "helm"}, "spec.capabilities.backend", "must be one of crd, container"),
+    (
+        "backend enum",
+        APC,
+        {"spec.capabilities.backend": "helm"},
+        "spec.capabilities.backend",
+        'Unsupported value: "helm": supported values: "crd", "container"',
+    ),
     (
         "binding modes enum",
         APC,
         {"spec.capabilities.modelBindingModes": ["ref"]},
         "spec.capabilities.modelBindingModes[0]",
-        "must be one of",
+        'Unsupported value: "ref": supported values:',
     ),
     # --- InferenceProviderConfig
     (
@@ -515,9 +546,9 @@ VALID: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {VOL: [{"name": "cache", "purpose": "modelCache", "size": "100Gi", "storageClassName": "", "accessMode": "ReadWriteOnce"}]},
     ),
     (
-        "sized volume with its own claim name",
+        "sized volume naming its generated claim",
         MD,
-        {VOL: [{"name": "cache", "purpose": "modelCache", "size": "100Gi", "claimName": "my-cache"}]},
+        {VOL: [{"name": "cache", "purpose": "modelCache", "size": "100Gi", "claimName": "qwen-cache"}]},
     ),
     ("custom source without id", MD, {"spec.model": {"source": "custom"}}),
     ("same image twice", MD, {"spec.image": "a:1", "spec.engine.image": "a:1"}),

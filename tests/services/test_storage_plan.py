@@ -50,14 +50,14 @@ def test_storage_class_empty_is_not_absent_and_names_pass_through() -> None:
     result = planned(
         [
             {"name": "a", "purpose": "modelCache", "size": "1Gi", "storageClassName": "", "accessMode": "ReadWriteOnce"},
-            {"name": "b", "purpose": "custom", "size": "2Gi", "storageClassName": "fast", "claimName": "mine", "mountPath": "/b"},
+            {"name": "b", "purpose": "custom", "size": "2Gi", "storageClassName": "fast", "claimName": "qwen-b", "mountPath": "/b"},
             {"name": "c", "purpose": "custom", "size": "3Gi", "mountPath": "/c"},
         ]
     )
     assert isinstance(result, StoragePlanned)
     specs = {o["metadata"]["name"]: o["spec"] for o in result.objects if o["kind"] == "PersistentVolumeClaim"}
     assert specs["qwen-a"]["storageClassName"] == "" and specs["qwen-a"]["accessModes"] == ["ReadWriteOnce"]
-    assert specs["mine"]["storageClassName"] == "fast"
+    assert specs["qwen-b"]["storageClassName"] == "fast"  # a sized volume's claimName can only be its generated one
     assert "storageClassName" not in specs["qwen-c"]
 
 
