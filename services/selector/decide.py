@@ -1,13 +1,18 @@
-"""Engine and provider selection, pure: AI Runway's algorithm, with provider switching.
+"""Engine and provider selection, pure: AI Runway's algorithm.
 
 Engine: the explicit `spec.engine.type`, else the one already selected (sticky), else the
 first of vllm > sglang > trtllm > llamacpp that a ready provider offers for the wanted
 hardware (GPU when `resources.gpu.count > 0` or serving is disaggregated) and serving mode.
 
-Provider: the explicit `spec.provider.name` (changing it later switches providers), else the
-one already selected (sticky), else among ready providers offering the engine for that
-hardware and mode, the highest priority of a selection rule whose CEL condition holds for
-the spec (a rule that fails to compile or evaluate counts as false), ties to the first name.
+Provider: the explicit `spec.provider.name`, else the one already selected (sticky), else
+among ready providers offering the engine for that hardware and mode, the highest priority of
+a selection rule whose CEL condition holds for the spec (a rule that fails to compile or
+evaluate counts as false), ties to the first name.
+
+A pinned provider never changes: admission refuses a new `spec.provider.name` once one is named
+or recorded in status (`provider.name is immutable (changing it requires delete and recreate)`),
+as AI Runway does, since the old provider's objects would be orphaned. A spec that reaches
+selection anyway (written without admission) is followed as written.
 """
 
 from __future__ import annotations
