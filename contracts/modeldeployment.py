@@ -233,12 +233,20 @@ class GatewayStatus(WireModel):
 
 
 class ImageStatus(WireModel):
-    requested: str | None = None
-    resolved: str | None = None
+    """Direct vLLM's image: what was asked for, what the registry resolved it to, and its provenance."""
+
+    requested: str | None = Field(default=None, description="spec.engine.image, else spec.image, else the provider's default.")
+    resolved: str | None = Field(default=None, description="<repository>@<digest> the requested image resolved to.")
     repository: str | None = None
     tag: str | None = None
     digest: str | None = None
-    source: str | None = None
+    source: str | None = Field(default=None, description="How the image was chosen: stable, nightly, launch or custom.")
+    createdAt: str | None = Field(default=None, description="When the image was built, when its config or labels say.")
+    revision: str | None = Field(default=None, description="The source revision the image was built from (OCI label).")
+    age: str | None = Field(default=None, description="The image's age when it was resolved (e.g. 3d, 5h, 0m).")
+    inNightly: bool | None = Field(default=None, description="Whether the image is a nightly build.")
+    verified: bool | None = Field(default=None, description="Whether the image's signature was verified (never, yet).")
+    verificationMessage: str | None = None
     message: str | None = None
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from contracts.events import Decision, register
 
 
@@ -61,11 +63,27 @@ class StorageInvalid(Decision, frozen=True, tag="StorageInvalid.v1"):
         return "; ".join(self.problems)
 
 
+class ImageResolution(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What Jetway knows of a Direct vLLM image: the digest a registry gave its tag and the image's
+    provenance, or why the registry could not say (`error`). Recorded with the workload's decision, so
+    a restart or a replay reuses it while `requested` is unchanged instead of asking again."""
+
+    requested: str = ""
+    resolved: str = ""  # <repository>@<digest>; "" when unknown
+    digest: str = ""
+    created_at: str = ""  # RFC 3339, from the image config (or its org.opencontainers.image.created label)
+    revision: str = ""  # the org.opencontainers.image.revision label
+    age: str = ""  # the image's age when it was resolved (Nd, Nh, Nm, 0m)
+    error: str = ""  # why the lookup failed, in Jetway's words (never a credential)
+    generation: int = 0  # the spec generation it was looked up for
+
+
 class WorkloadRendered(Decision, frozen=True, tag="WorkloadRendered.v1"):
     """The provider's objects for the deployment, as rendered for this generation."""
 
     provider: str = ""
     objects: tuple[dict[str, Any], ...] = ()
+    image: ImageResolution | None = None  # Direct vLLM: the image it was rendered with
 
     def describe(self) -> str:
         return f"{self.provider}: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in self.objects)
@@ -87,6 +105,7 @@ class WorkloadWithdrawn(Decision, frozen=True, tag="WorkloadWithdrawn.v1"):
 class RenderFailed(Decision, frozen=True, tag="RenderFailed.v1"):
     provider: str = ""
     message: str = ""
+    image: ImageResolution | None = None  # Direct vLLM: the image lookup, when it is why nothing rendered
 
     def describe(self) -> str:
         return f"{self.provider}: {self.message}"

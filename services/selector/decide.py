@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cel
+import msgspec
 
 from contracts.events import StatusCondition, StatusSlice
 from contracts.modeldeployment import ENGINE_PREFERENCE, ModelDeployment
@@ -122,6 +123,19 @@ def failed(stage: str, message: str, generation: int, engine: tuple[str, str] | 
     )
 
 
+IMAGE_PATH = "spec.engine.image"
+
+
+def image_conflict(md: ModelDeployment, message: str, generation: int) -> SelectionFailed:
+    """`spec.image` and `spec.engine.image` differ (an object that bypassed admission): Validated=False and
+    ImageResolved=False/ConflictingImageFields, with the requested image (engine.image first) in status.image."""
+    base = failed("validation", f"Validation failed: {message}", generation)
+    requested = (md.spec.engine.image if md.spec.engine else None) or md.spec.image or ""
+    conditions = (*base.status.conditions, _condition("ImageResolved", False, "ConflictingImageFields", message, generation))
+    status = msgspec.structs.replace(base.status, conditions=conditions, fields={"image": {"requested": requested, "message": message}})
+    return msgspec.structs.replace(base, status=status)
+
+
 def _advertised(providers: list[Provider]) -> str:
     def engines(provider: Provider) -> str:
         capabilities = provider.spec.capabilities
@@ -191,6 +205,9 @@ def rule_spec(md: ModelDeployment, engine: str) -> dict[str, Any]:
 
 def select(md: ModelDeployment, generation: int, previous: ProviderSelected | None, providers: list[Provider]) -> Outcome:
     problems, _ = md_rules.check(md, creating=False)
+    conflict = next((p for p in problems if p.path == IMAGE_PATH and " conflicts with spec.engine.image " in p.message), None)
+    if conflict is not None:  # AI Runway checks this first, before anything is selected, and says so in ImageResolved too
+        return Outcome(image_conflict(md, conflict.message, generation))
     if problems:
         return Outcome(failed("validation", f"Validation failed: {problems[0]}", generation))
     engine_choice = select_engine(md, previous, providers)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.events import Decision, StatusCondition, StatusReported, StatusSlice
 from contracts.objects import ref
-from contracts.pipeline import ProviderSelected, RenderFailed, StoragePlanned, WorkloadRendered, WorkloadWithdrawn
+from contracts.pipeline import ImageResolution, ProviderSelected, RenderFailed, StoragePlanned, WorkloadRendered, WorkloadWithdrawn
+from services.workload import images
 from services.workload import render as renderers
 from services.workload.projection import Deployment
 from services.workload.render.common import Inputs, RenderError
@@ -33,8 +35,11 @@ def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
     return obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
 
 
-def rendered(d: Deployment, provider: str, objects: list[dict[str, Any]], inputs: Inputs, *, cluster: bool) -> WorkloadRendered:
+def rendered(
+    d: Deployment, provider: str, objects: list[dict[str, Any]], inputs: Inputs, *, cluster: bool, prepared: Prepared | None = None
+) -> WorkloadRendered:
     generation = d.generation
+    prepared = prepared or Prepared(inputs)
     created = StatusCondition(
         type="ResourceCreated",
         status="True",
@@ -65,12 +70,14 @@ def rendered(d: Deployment, provider: str, objects: list[dict[str, Any]], inputs
         "provider": {"resourceName": primary["metadata"]["name"], "resourceKind": primary["kind"]},
         "replicas": {"desired": renderers.replicas(provider, inputs), "ready": 0, "available": 0},
         "endpoint": renderers.endpoint(provider, inputs),
+        **prepared.fields,
     }
     return WorkloadRendered(
         generation=generation,
         provider=provider,
         objects=tuple(objects),
-        status=StatusSlice(conditions=(created, ready), phase=phase, message=message, fields=fields),
+        status=StatusSlice(conditions=(*prepared.conditions, created, ready), phase=phase, message=message, fields=fields),
+        image=prepared.image,
     )
 
 
@@ -99,9 +106,11 @@ def decide(
     gateway_available: bool = False,
     cluster: bool = False,
     settings: Mapping[str, str] | None = None,
+    image: ImageResolution | None = None,
 ) -> list[Intent]:
     """The steps that bring this deployment's objects to what its selection and storage say (`settings`: the
-    provider settings the process was started with, `render.settings`)."""
+    provider settings the process was started with, `render.settings`; `image`: the registry's answer
+    for `image_lookup(d)`, when there was a question)."""
     previous = d.rendered
     if d.md is None or d.deleting:  # deleted (or being deleted): take its objects away
         return [Intent(withdrawn(d, previous.provider, previous.objects), remove=list(previous.objects))] if previous else []
@@ -128,6 +137,10 @@ def decide(
         )
         return [*steps, Intent(StatusReported(generation=d.generation, status=StatusSlice(conditions=(condition,))))]
     inputs = Inputs(d.key, d.uid, d.md, selection.engine, storage, gateway_available, settings or {})
+    prepared = prepare(d, provider, inputs, image)
+    if isinstance(prepared, RenderFailed):
+        return [*steps, Intent(prepared)]
+    inputs = prepared.inputs
     try:
         objects = renderers.render(provider, inputs)
     except RenderError as exc:
@@ -142,7 +155,10 @@ def decide(
                     generation=d.generation,
                     provider=provider,
                     message=str(exc),
-                    status=StatusSlice(conditions=(condition,), phase="Failed", message=message),
+                    status=StatusSlice(
+                        conditions=(*prepared.conditions, condition), phase="Failed", message=message, fields=prepared.fields
+                    ),
+                    image=prepared.image,
                 )
             ),
         ]
@@ -150,4 +166,79 @@ def decide(
     if previous is not None:
         wanted = {_key(o) for o in objects}
         stale = [o for o in previous.objects if _key(o) not in wanted]
-    return [*steps, Intent(rendered(d, provider, objects, inputs, cluster=cluster), write=objects, remove=stale)]
+    return [*steps, Intent(rendered(d, provider, objects, inputs, cluster=cluster, prepared=prepared), write=objects, remove=stale)]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What is settled before a provider renders: its compatibility (`ProviderCompatible`) and, for
+    Direct vLLM, the image (`status.image`, the image conditions, the resolution to record)."""
+
+    inputs: Inputs
+    conditions: tuple[StatusCondition, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
+    image: ImageResolution | None = None
+
+
+RESOLVES_IMAGES = "vllm"  # the provider whose image tags are resolved to digests (AI Runway's Direct vLLM)
+
+
+def prepare(d: Deployment, provider: str, inputs: Inputs, looked_up: ImageResolution | None) -> Prepared | RenderFailed:
+    """A provider with a `compatibility` check refuses what it cannot run (`ProviderCompatible=False`, phase
+    Failed); then Direct vLLM's image is decided (`services/workload/images.py`), and a default image no
+    registry could resolve renders nothing."""
+    module = renderers.PROVIDERS.get(provider)
+    check = getattr(module, "compatibility", None)
+    if module is None or check is None or d.md is None:
+        return Prepared(inputs)
+    generation = d.generation
+    problem = check(inputs)
+    if problem:
+        refused = StatusCondition(
+            type="ProviderCompatible", status="False", reason="IncompatibleConfiguration", message=problem, observedGeneration=generation
+        )
+        return RenderFailed(
+            generation=generation,
+            provider=provider,
+            message=problem,
+            status=StatusSlice(conditions=(refused,), phase="Failed", message=problem),
+        )
+    compatible = StatusCondition(
+        type="ProviderCompatible", status="True", reason="CompatibilityVerified", message=module.COMPATIBLE, observedGeneration=generation
+    )
+    if provider != RESOLVES_IMAGES:
+        return Prepared(inputs, (compatible,))
+    default = module.DEFAULT_IMAGE
+    decision = images.decide(
+        images.plan(d.md, default),
+        d.image,
+        looked_up,
+        generation=generation,
+        annotations=d.md.metadata.annotations or {},
+        default_image=default,
+    )
+    conditions, fields = (compatible, *decision.conditions), {"image": decision.status}
+    if decision.failure:
+        return RenderFailed(
+            generation=generation,
+            provider=provider,
+            message=decision.failure,
+            status=StatusSlice(conditions=conditions, phase="Failed", message=decision.failure, fields=fields),
+            image=decision.fact,
+        )
+    return Prepared(dataclasses.replace(inputs, default_image=decision.default_image), conditions, fields, decision.fact)
+
+
+def image_lookup(d: Deployment) -> str | None:
+    """The image reference a registry must be asked about before `decide` renders this deployment: Direct
+    vLLM's image by tag, when the last resolution does not answer it (None: nothing to ask)."""
+    selection, storage, md = d.selection, d.storage, d.md
+    if md is None or d.deleting or d.paused or not isinstance(selection, ProviderSelected) or selection.provider != RESOLVES_IMAGES:
+        return None
+    if selection.generation != d.generation or not isinstance(storage, StoragePlanned) or storage.generation != d.generation:
+        return None
+    module = renderers.PROVIDERS[RESOLVES_IMAGES]
+    if module.compatibility(Inputs(d.key, d.uid, md, selection.engine, storage)):
+        return None
+    wanted = images.plan(md, module.DEFAULT_IMAGE)
+    return wanted.requested if images.needs_lookup(wanted, d.image) else None

@@ -59,7 +59,7 @@ def observed_status(
     if report is None:
         return None
     fields = dict(rendered.status.fields)
-    created = next(c for c in rendered.status.conditions if c.type == "ResourceCreated")
+    kept = [c for c in rendered.status.conditions if c.type != "Ready"]  # ResourceCreated and the render's own (image, compatibility)
     if not report.exists:
         phase, message, ready, reason = "Deploying", f"{kind} {name} is being re-created", False, "DeploymentInProgress"
     else:
@@ -82,5 +82,5 @@ def observed_status(
     return WorkloadObserved(
         generation=generation,
         provider=rendered.provider,
-        status=StatusSlice(conditions=(created, ready_condition), phase=phase, message=message, fields=fields),
+        status=StatusSlice(conditions=(*kept, ready_condition), phase=phase, message=message, fields=fields),
     )

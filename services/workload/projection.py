@@ -9,7 +9,16 @@ from contracts.cluster import ApisDiscovered, DeletionRequested, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import PAUSED
-from contracts.pipeline import ProviderSelected, SelectionFailed, StorageInvalid, StoragePlanned, WorkloadRendered, WorkloadWithdrawn
+from contracts.pipeline import (
+    ImageResolution,
+    ProviderSelected,
+    RenderFailed,
+    SelectionFailed,
+    StorageInvalid,
+    StoragePlanned,
+    WorkloadRendered,
+    WorkloadWithdrawn,
+)
 from contracts.subjects import SPEC, Key
 
 SELF = "workload"
@@ -28,6 +37,7 @@ class Deployment:
     rendered: WorkloadRendered | None = None  # the objects it stands for now (until withdrawn)
     deleting: bool = False  # the cluster asked to delete it: objects go first
     observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
+    image: ImageResolution | None = None  # Direct vLLM: the image's last resolution (reused while requested is unchanged)
 
 
 @dataclass
@@ -87,6 +97,8 @@ class WorkloadState:
                 deployment.storage = event
             elif envelope.facet == SELF and isinstance(event, Decision):
                 deployment.last = event
+                if isinstance(event, WorkloadRendered | RenderFailed) and event.image is not None:
+                    deployment.image = event.image
                 if isinstance(event, WorkloadRendered):
                     deployment.rendered = event
                 elif isinstance(event, WorkloadWithdrawn):

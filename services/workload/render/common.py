@@ -30,6 +30,7 @@ class Inputs:
     gateway_available: bool = False
     # provider settings from the workload service's environment, read at start-up (KAITO's AIRUNWAY_KAITO_*)
     settings: Mapping[str, str] = field(default_factory=dict)
+    default_image: str = ""  # Direct vLLM: its default image as resolved (by digest); "" for the default tag
 
     @property
     def name(self) -> str:

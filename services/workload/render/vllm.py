@@ -80,20 +80,31 @@ def deployment(
     return obj
 
 
-def render(inputs: Inputs) -> list[dict[str, Any]]:
+COMPATIBLE = "Configuration compatible with vLLM"
+
+
+def compatibility(inputs: Inputs) -> str | None:
+    """Why Direct vLLM cannot run this deployment (`ProviderCompatible=False`), or None."""
     if inputs.engine != "vllm":
-        raise RenderError(f"vLLM provider only supports vllm engine, got {inputs.engine}")
+        return f"vLLM provider only supports vllm engine, got {inputs.engine}"
     if inputs.mode == "disaggregated":
-        raise RenderError("vLLM provider does not support disaggregated serving mode; use spec.serving.mode: aggregated")
+        return "vLLM provider does not support disaggregated serving mode; use spec.serving.mode: aggregated"
     if inputs.gpus <= 0:
-        raise RenderError("vLLM provider requires GPU resources (spec.resources.gpu.count > 0)")
+        return "vLLM provider requires GPU resources (spec.resources.gpu.count > 0)"
+    return None
+
+
+def render(inputs: Inputs) -> list[dict[str, Any]]:
+    problem = compatibility(inputs)
+    if problem:
+        raise RenderError(problem)
     volumes, mounts = storage_volumes(inputs)
     if inputs.gpus > 1:
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "20Gi"}})
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
     container: dict[str, Any] = {
         "name": "vllm",
-        "image": inputs.image(DEFAULT_IMAGE),
+        "image": inputs.image(inputs.default_image or DEFAULT_IMAGE),  # the default runs by its digest once resolved
         "args": vllm_args(inputs, networking=True, prefix_off_flag=True),
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "startupProbe": probe(15, 10, 60),
