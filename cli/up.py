@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -34,6 +35,7 @@ from services.gateway import main as gateway_main
 from services.gateway import router
 from services.watcher import api
 from services.watcher import main as watcher_main
+from services.workload import registry
 
 log = logging.getLogger("jetway.up")
 DEFAULT_API_PORT = 8181
@@ -163,6 +165,11 @@ async def up(options: Options) -> int:
     logs.setup(options.log_level, json_lines=options.log_format == "json")
     telemetry.setup("up")
     try:
+        resolver = registry.from_environment(os.environ, cluster=False)  # JETWAY_IMAGE_RESOLUTION=registry: tags → digests
+    except ValueError as exc:
+        say(f"error: {exc}")
+        return 2
+    try:
         # the embedded NATS takes no client without the password: a local process cannot publish events
         # past the apply API's token and validation (D11)
         password = load_token(directory, "nats-password")
@@ -182,7 +189,7 @@ async def up(options: Options) -> int:
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
     gateway = gateway_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
-    runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc), Runner(BindingService(), nc)]
+    runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc, resolver=resolver), Runner(BindingService(), nc)]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
     api_runner = router_server = None
     supervisor: asyncio.Future[str] | None = None

@@ -18,6 +18,7 @@ from runtime.writer import RecordedWriter, Writer
 from services.workload import decide, observe
 from services.workload.projection import SELF, Deployment, WorkloadState
 from services.workload.providers import BUILTIN, VERSION, builtin_configs
+from services.workload.registry import ImageResolver
 
 log = logging.getLogger("jetway.workload")
 PROVIDER_KIND = "InferenceProviderConfig"
@@ -46,12 +47,14 @@ class WorkloadService(Service):
         gateway_available: Callable[[], bool] | None = None,
         resync_interval: float | None = None,
         settings: Mapping[str, str] | None = None,
+        resolver: ImageResolver | None = None,
     ) -> None:
         self.state = WorkloadState()
         self.writer: Writer = writer or RecordedWriter()
         self._gateway_available = gateway_available
         self.resync_interval = resync_interval  # level-triggered: objects deleted by hand come back
         self.settings = dict(settings or {})  # provider settings (render.settings), from the process's environment
+        self.resolver = resolver  # Direct vLLM image tags → digests (services/workload/registry.py); None: resolution off
         self.registered_by: dict[str, str] = {}  # provider → who wrote its current spec
         self.configs = {c["metadata"]["name"]: c for c in builtin_configs()}
 
@@ -91,8 +94,15 @@ class WorkloadService(Service):
         deployment = self.state.deployments.get(key)
         if deployment is None:
             return
+        wanted = decide.image_lookup(deployment) if self.resolver is not None else None
+        image = await self.resolver.resolve(wanted) if self.resolver is not None and wanted else None
         steps = decide.decide(
-            deployment, BUILTIN, gateway_available=self.gateway_available(), cluster=self.writer.cluster, settings=self.settings
+            deployment,
+            BUILTIN,
+            gateway_available=self.gateway_available(),
+            cluster=self.writer.cluster,
+            settings=self.settings,
+            image=image,
         )
         for step in steps:
             if step.remove:

@@ -10,7 +10,7 @@ import os
 from runtime.entry import Context
 from runtime.kubewriter import KubeWriter
 from runtime.service import Runner
-from services.workload import render
+from services.workload import registry, render
 from services.workload.handlers import WorkloadService
 
 NAME = "workload"
@@ -18,7 +18,8 @@ NAME = "workload"
 
 async def start(context: Context) -> list[Runner]:
     settings = render.settings(os.environ)  # the providers' settings, e.g. KAITO's AIRUNWAY_KAITO_*
+    resolver = registry.from_environment(os.environ, cluster=context.kube is not None)  # JETWAY_IMAGE_RESOLUTION
     if context.kube is None:
-        return [Runner(WorkloadService(settings=settings), context.nc)]
+        return [Runner(WorkloadService(settings=settings, resolver=resolver), context.nc)]
     resync = float(context.env("JETWAY_RESYNC_SECONDS", "30"))
-    return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync, settings=settings), context.nc)]
+    return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync, settings=settings, resolver=resolver), context.nc)]

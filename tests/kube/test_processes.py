@@ -84,6 +84,7 @@ async def test_each_service_runs_as_its_own_process_in_cluster_mode(cluster: Clu
         "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", emulator.url)),
         "JETWAY_NATS_URL": nats.url,
         "JETWAY_RESYNC_SECONDS": "2",
+        "JETWAY_IMAGE_RESOLUTION": "off",  # no registry here: the default vLLM image is used by its tag
         "JETWAY_NAMESPACE": "jetway-system",
         "JETWAY_WEBHOOK_PORT": str(webhook_port),
         "JETWAY_ROUTER_PORT": str(free_port()),
