@@ -171,6 +171,8 @@ class HttpConnection(asyncio.Protocol):
         self.phase = IDLE
         self.deadline = listener.now + listener.limits.header_timeout  # a new connection owes its first request's headers
         self.head_bytes = 0
+        self.parsed_head = 0  # bytes of request line and headers parsed so far
+        self.in_read = self.begun_at = 0  # bytes parsed in the current read; where the current message began in it
         self.refusal: tuple[int, str] | None = None  # set once a request cannot be read: answered after the queue
         self._retry = False
         self._url = b""
@@ -198,6 +200,7 @@ class HttpConnection(asyncio.Protocol):
         if self.refusal is not None:
             return  # past a request that could not be read: nothing more is parsed
         before = self.phase
+        self.in_read, self.begun_at = 0, 0
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -205,8 +208,10 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserError:
             self._refuse(*(self.refusal or (400, "malformed HTTP request")))
         else:
-            if self.phase == HEADERS and before == HEADERS:  # headers still open after a whole read: bound them
-                self.head_bytes += len(data)
+            if self.phase == HEADERS:  # headers still open after a whole read: bound them
+                # a head begun in this read is what follows the messages before it (counted without their
+                # framing, so this errs long by a few bytes a message, never short)
+                self.head_bytes += len(data) if before == HEADERS else len(data) - self.begun_at
                 if self.head_bytes > MAX_HEAD:
                     self._refuse(431, f"request headers larger than {MAX_HEAD // 1024} KiB")
 
@@ -228,15 +233,26 @@ class HttpConnection(asyncio.Protocol):
     # --- httptools callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self.begun_at = self.in_read
         self._url, self._headers, self._body, self._size = b"", {}, [], 0
-        self.phase, self.head_bytes = HEADERS, 0
+        self.phase, self.head_bytes, self.parsed_head = HEADERS, 0, 0
         self.deadline = min(self.deadline, self.listener.now + self.limits.header_timeout)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers[name.lower()] = value
+        self._count_head(len(name) + len(value) + 4)
+
+    def _count_head(self, size: int) -> None:
+        # Counted as parsed, so headers that come whole in the read that starts the request are bounded too
+        # (data_received's count covers headers still open at the end of a read).
+        self.in_read += size
+        self.parsed_head += size
+        if self.parsed_head > MAX_HEAD:
+            self._stop(431, f"request headers larger than {MAX_HEAD // 1024} KiB")
 
     def on_headers_complete(self) -> None:
         self.phase = BODY
@@ -248,6 +264,7 @@ class HttpConnection(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
+        self.in_read += len(body)
         self._size += len(body)
         if self._size > MAX_BODY:
             self._stop(413, f"request body larger than {MAX_BODY // (1024 * 1024)} MiB")
@@ -262,15 +279,19 @@ class HttpConnection(asyncio.Protocol):
         self.queue.append(request)
         if not self.busy:
             self.busy = True
-            if self.transport is not None:
-                self.transport.pause_reading()
             asyncio.get_running_loop().create_task(self._serve())
+        elif self.transport is not None:
+            # A second request while one is answered: bound what a pipelining client can queue. Reading
+            # goes on while only one request is in flight, so a client that leaves is seen at once.
+            self.transport.pause_reading()
 
     # --- serving ---------------------------------------------------------------------------
 
     async def _serve(self) -> None:
         while self.queue and not self.closed:
             request = self.queue.popleft()
+            if not self.queue and self.refusal is None and self.transport is not None:
+                self.transport.resume_reading()  # only this one in flight now: read on, to see the client leave
             self.chunked, self.head_sent, self.keep_alive = False, False, request.keep_alive
             try:
                 await route(self, request)
@@ -548,7 +569,8 @@ async def complete(client: HttpConnection, request: Request, *, chat: bool) -> N
             client.abort(hard=True)
             return
         except UpstreamError as exc:  # failed after the client got bytes: nothing to retry
-            routes.on_failure(member.key, str(exc))
+            if not client.closed:  # a client that left closed the upstream itself: not the member's failure
+                routes.on_failure(member.key, str(exc))
             client.abort()
             return
         finally:

@@ -340,7 +340,10 @@ async def test_operator_signal_member_answers_through_a_compute_agent(stack: Sta
         await nc.close()
 
 
-async def test_client_gone_mid_stream_does_not_mark_the_member_failed(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
+async def test_client_gone_mid_stream_does_not_mark_the_member_failed(
+    stack: Stack, upstreams: list[FakeOpenAI], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="jetway")
     upstream = await serve(upstreams, FakeOpenAI(models=["m"]))
     upstream.hold = asyncio.Event()
     await stack.apply(member("gpu", upstream.url))
@@ -352,7 +355,9 @@ async def test_client_gone_mid_stream_does_not_mark_the_member_failed(stack: Sta
     await response.content.readuntil(b"\n\n")
     response.close()
     await session.close()
+    await eventually(lambda: upstream.closed_early > 0, message="the upstream request closed when the client left")
     upstream.hold.set()
     upstream.hold = None
     for _ in range(3):
         assert (await stack.chat("m"))[0] == 200
+    assert not [r for r in caplog.records if r.getMessage() == "member failed a request"]

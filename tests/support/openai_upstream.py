@@ -7,6 +7,7 @@ can hold a stream open until the test releases it, and can be stopped abruptly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -37,6 +38,7 @@ class FakeOpenAI:
     models_sent: int = 0  # the most bytes one endless model list got written before its client went away
     stream_bytes: int = 0  # when set, a stream is this many bytes of SSE chunks (then [DONE])
     streams_done: int = 0  # streams written to their end
+    closed_early: int = 0  # held streams whose client (the router) hung up while they were held
     _runner: web.AppRunner | None = None
     port: int = 0
     host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8), to serve a fixed port without a clash
@@ -112,12 +114,23 @@ class FakeOpenAI:
         for i, word in enumerate(reply.split(" ")):
             delta = {"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]}
             await response.write(f"data: {json.dumps(delta)}\n\n".encode())
-            if i == 0 and self.hold is not None:
-                await self.hold.wait()
+            if i == 0 and self.hold is not None and not await self._held(request, self.hold):
+                self.closed_early += 1
+                return response
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         self.streams_done += 1
         return response
+
+    @staticmethod
+    async def _held(request: web.Request, hold: asyncio.Event) -> bool:
+        """Wait for `hold`; False as soon as the client hangs up instead (aiohttp drops the transport)."""
+        while not hold.is_set():
+            if request.transport is None or request.transport.is_closing():
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hold.wait(), 0.02)
+        return True
 
     async def start(self) -> FakeOpenAI:
         app = web.Application()
