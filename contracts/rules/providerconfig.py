@@ -10,7 +10,7 @@ import cel
 from pydantic import BaseModel, ValidationError
 
 from contracts.documents import MAX_DEPTH, TooDeep, check_depth
-from contracts.problems import PathPart, Problem, at, from_validation_error, type_name
+from contracts.problems import PathPart, Problem, at, field_path, from_validation_error, type_name
 from contracts.providerconfig import (
     ANNOTATION_CAPABILITIES,
     ANNOTATION_HEALTH,
@@ -19,6 +19,7 @@ from contracts.providerconfig import (
     HealthInfo,
     InferenceProviderConfig,
     InstallationInfo,
+    api_format_problem,
 )
 from contracts.rules.agents import annotation_path
 
@@ -42,6 +43,7 @@ def cel_problem(expression: str) -> str | None:
 
 def check(config: InferenceProviderConfig) -> tuple[list[Problem], list[str]]:
     problems: list[Problem] = []
+    warnings: list[str] = []
     spec = config.spec
     engines = (spec.capabilities.engines or []) if spec.capabilities else []
     seen: dict[str, int] = {}
@@ -53,6 +55,14 @@ def check(config: InferenceProviderConfig) -> tuple[list[Problem], list[str]]:
         modes = engine.servingModes or []
         if len(set(modes)) != len(modes):
             problems.append(at([*here, "servingModes"], "must not repeat a serving mode"))
+        if not modes:
+            warnings.append(
+                f"{field_path([*here, 'servingModes'])}: lists no serving mode, so no ModelDeployment is served by engine "
+                f"{engine.name} on this provider (list aggregated and/or disaggregated)"
+            )
+        formats = api_format_problem(engine.name, list(engine.apiFormats or []))
+        if formats:
+            warnings.append(f"{field_path([*here, 'apiFormats'])}: {formats}, which {engine.name} servers do not speak")
         gateway = engine.gateway
         if gateway:
             for field in ("inferencePoolNamePattern", "inferencePoolNamespace"):
@@ -70,7 +80,7 @@ def check(config: InferenceProviderConfig) -> tuple[list[Problem], list[str]]:
     for key, model in _JSON_ANNOTATIONS.items():
         if key in annotations:
             problems += _check_json_annotation(key, annotations[key], model)
-    return problems, []
+    return problems, warnings
 
 
 def _check_json_annotation(key: str, text: str, model: type[BaseModel]) -> list[Problem]:
