@@ -39,8 +39,7 @@ class Provider:
     ready: bool
 
     def engine(self, name: str) -> EngineCapability | None:
-        engines = self.spec.capabilities.engines if self.spec.capabilities else None
-        return next((e for e in engines or [] if e.name == name), None)
+        return self.spec.capabilities.engine(name) if self.spec.capabilities else None
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def _offers(capability: EngineCapability, gpu: bool, mode: str) -> bool:
         return False
     if not gpu and not capability.cpuSupport:
         return False
-    return mode in (capability.servingModes or ["aggregated"])
+    return capability.serves(mode)
 
 
 def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> StatusCondition:
@@ -137,11 +136,9 @@ def image_conflict(md: ModelDeployment, message: str, generation: int) -> Select
 
 
 def _advertised(providers: list[Provider]) -> str:
-    def engines(provider: Provider) -> str:
-        capabilities = provider.spec.capabilities
-        return ", ".join(e.name for e in (capabilities.engines or [])) if capabilities else ""
-
-    return "{" + ", ".join(f"{p.name}: [{engines(p)}]" for p in providers) + "}"
+    """What the ready providers with capabilities advertise (those selection looked at, as AI Runway says)."""
+    shown = [(p.name, p.spec.capabilities.engine_names()) for p in providers if p.ready and p.spec.capabilities is not None]
+    return "{" + ", ".join(f"{name}: [{', '.join(engines)}]" for name, engines in shown) + "}"
 
 
 def select_engine(md: ModelDeployment, previous: ProviderSelected | None, providers: list[Provider]) -> tuple[str, str, bool] | str:
@@ -183,7 +180,7 @@ def compatibility(md: ModelDeployment, engine: str, providers: list[Provider]) -
         capability = config.engine(engine)
         if capability is None:
             return f"provider {named} does not support engine {engine}"
-        if mode not in (capability.servingModes or ["aggregated"]):
+        if not capability.serves(mode):
             return f"provider {named} does not support {mode} mode for engine {engine}"
         if mode == "aggregated" and not gpu and not capability.cpuSupport:
             return f"{engine} engine on provider {named} requires GPU (set resources.gpu.count > 0)"
