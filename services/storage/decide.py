@@ -6,7 +6,9 @@
 - a model-download Job when a Hugging Face model goes into a writable model cache, with
   `HF_HOME` at the cache's mount path;
 - conditions `StorageReady` and `ModelDownloaded`, from what the cluster reports when one is
-  attached (`Observed`), pending otherwise.
+  attached (`Observed`), pending otherwise: AI Runway's storage rules (controller/pkg/storage), a
+  managed claim waiting for its first consumer counting as ready, a pre-existing one only once
+  Bound, a Lost or missing one failing, a Job failing by its Failed condition or its retries.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import Key
 
 DOWNLOADER_IMAGE = "ghcr.io/ai-runway/airunway/model-downloader:latest"
+DOWNLOAD_BACKOFF_LIMIT = 6
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,28 @@ class Observed:
 
     pvc_phases: dict[str, str] = field(default_factory=dict)  # claim → Pending | Bound | Lost
     job: str = ""  # "" | Running | Complete | Failed
+    job_message: str = ""  # why a Failed Job failed, as `job_outcome` words it
+    # the pre-existing claims the volumes name → phase; a claim missing from it does not exist;
+    # None when nobody watches them (standalone): they are taken to be there
+    preexisting: dict[str, str] | None = None
+
+
+def job_outcome(name: str, summary: dict[str, Any], backoff_limit: int = DOWNLOAD_BACKOFF_LIMIT) -> tuple[str, str]:
+    """(Running | Complete | Failed, why it failed) of the download Job, as AI Runway reads one: its
+    Complete/Failed conditions first, then its counters (a success, or as many failures as retries)."""
+    for condition in summary.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "Complete", ""
+        if condition.get("type") == "Failed":
+            return "Failed", f"model download Job {name} failed permanently: {condition.get('message', '')}"
+    if summary.get("succeeded", 0) >= 1:
+        return "Complete", ""
+    failures = summary.get("failed", 0)
+    if failures >= backoff_limit:
+        return "Failed", f"model download Job {name} failed permanently (failed={failures}, backoffLimit={backoff_limit})"
+    return "Running", ""
 
 
 def _labels(key: Key) -> dict[str, str]:
@@ -62,7 +87,7 @@ def download_job(md: ModelDeployment, key: Key, uid: str, claim: str, mount_path
         "kind": "Job",
         "metadata": metadata(name, key, uid, labels),
         "spec": {
-            "backoffLimit": 6,
+            "backoffLimit": DOWNLOAD_BACKOFF_LIMIT,
             "completions": 1,
             "parallelism": 1,
             "template": {
@@ -121,7 +146,7 @@ def plan(md: ModelDeployment, key: Key, generation: int, uid: str, observed: Obs
         job = download_job(md, key, uid, md_rules.resolved_claim_name(key.name, cache), model_cache)
         objects.append(job)
         job_name = job["metadata"]["name"]
-    conditions: list[StatusCondition] = [_storage_ready(created, len(volumes), observed, generation)]
+    conditions: list[StatusCondition] = [_storage_ready(md, key, created, len(volumes), observed, generation)]
     if job_name:
         conditions.append(_downloaded(job_name, md.spec.model.id or "", model_cache, observed, generation))
     phase = "Failed" if any(c.reason in ("PVCFailed", "DownloadFailed") for c in conditions) else None
@@ -140,16 +165,42 @@ def plan(md: ModelDeployment, key: Key, generation: int, uid: str, observed: Obs
     )
 
 
-def _storage_ready(created: list[str], volumes: int, observed: Observed, generation: int) -> StatusCondition:
-    if not created:
-        message = f"{volumes} volume(s) mount pre-existing claims" if volumes else "no storage volumes"
-        return _condition("StorageReady", True, "PVCsBound", message, generation)
+def _preexisting_problem(md: ModelDeployment, key: Key, observed: Observed) -> tuple[str, str] | None:
+    """(reason, message) for the first pre-existing claim that is not usable yet, as AI Runway says it."""
+    if observed.preexisting is None:
+        return None
+    for volume in md_rules.volumes_of(md):
+        if volume.size is not None:
+            continue
+        claim = md_rules.resolved_claim_name(key.name, volume)
+        phase = observed.preexisting.get(claim)
+        if phase is None:
+            return "PVCFailed", (
+                f'pre-existing PVC "{claim}" not found in namespace "{key.namespace}" (referenced by volume "{volume.name}"); '
+                "ensure the PVC exists before creating the ModelDeployment"
+            )
+        if phase == "Lost":
+            return "PVCFailed", f'pre-existing PVC "{claim}" is in Lost phase'
+        if phase != "Bound":
+            return "PVCsPending", f'waiting for pre-existing PVC "{claim}" to be bound'
+    return None
+
+
+def _storage_ready(md: ModelDeployment, key: Key, created: list[str], volumes: int, observed: Observed, generation: int) -> StatusCondition:
     lost = [c for c in created if observed.pvc_phases.get(c) == "Lost"]
     if lost:
-        return _condition("StorageReady", False, "PVCFailed", f"PVC {', '.join(lost)} lost its volume", generation)
+        return _condition("StorageReady", False, "PVCFailed", f"PVC {', '.join(lost)} is in Lost phase", generation)
+    unusable = _preexisting_problem(md, key, observed)
+    if unusable is not None and unusable[0] == "PVCFailed":
+        return _condition("StorageReady", False, unusable[0], unusable[1], generation)
     waiting = [c for c in created if observed.pvc_phases.get(c) not in ("Bound", "Pending")]
     if waiting:
         return _condition("StorageReady", False, "PVCsPending", f"waiting for PVC {', '.join(waiting)} to be created", generation)
+    if unusable is not None:
+        return _condition("StorageReady", False, unusable[0], unusable[1], generation)
+    if not created:
+        message = f"{volumes} volume(s) mount pre-existing claims" if volumes else "no storage volumes"
+        return _condition("StorageReady", True, "PVCsBound", message, generation)
     # A Pending PVC binds when its first consumer is scheduled (WaitForFirstConsumer): it counts as ready.
     return _condition("StorageReady", True, "PVCsBound", f"PVC {', '.join(created)} ready", generation)
 
@@ -158,5 +209,6 @@ def _downloaded(job: str, model: str, path: str, observed: Observed, generation:
     if observed.job == "Complete":
         return _condition("ModelDownloaded", True, "DownloadComplete", f"{model} downloaded into {path}", generation)
     if observed.job == "Failed":
-        return _condition("ModelDownloaded", False, "DownloadFailed", f"Job {job} failed to download {model}", generation)
+        message = observed.job_message or f"model download Job {job} failed permanently"
+        return _condition("ModelDownloaded", False, "DownloadFailed", message, generation)
     return _condition("ModelDownloaded", False, "DownloadInProgress", f"Job {job} downloads {model} into {path}", generation)
