@@ -14,8 +14,7 @@ from typing import Literal
 from contracts.modeldeployment import ModelDeployment
 from contracts.problems import Problem, at
 from contracts.providerconfig import InferenceProviderConfigSpec
-
-DYNAMO_TEST_BACKEND = "airunway.ai/dynamo-test-backend"
+from contracts.rules import dynamo as dynamo_rules
 
 Found = Literal["found", "not-found", "not-installed", "forbidden", "unavailable"]
 
@@ -37,7 +36,7 @@ def provider_to_check(md: ModelDeployment) -> str | None:
     engine = spec.engine.type if spec.engine else None
     if not name or not engine:
         return None
-    if name == "dynamo" and (md.metadata.annotations or {}).get(DYNAMO_TEST_BACKEND) == "mocker":
+    if dynamo_rules.mocker(md):
         return None
     return name
 
@@ -59,22 +58,25 @@ def check_named_provider(md: ModelDeployment, lookup: ProviderLookup) -> tuple[l
             f'could not verify provider "{name}" compatibility at admission time ({lookup.reason}); '
             "the controller will re-validate during reconciliation"
         ]
-    return compatibility_problems(md, name, lookup.spec), []
-
-
-def compatibility_problems(md: ModelDeployment, name: str, config: InferenceProviderConfigSpec | None) -> list[Problem]:
     spec = md.spec
-    engine = spec.engine.type if spec.engine else None
+    mode = spec.serving.mode if spec.serving and spec.serving.mode else "aggregated"
+    gpus = spec.resources.gpu.count if spec.resources and spec.resources.gpu else 0
+    return compatibility_problems(name, lookup.spec, spec.engine.type if spec.engine else None, mode, gpus), []
+
+
+def compatibility_problems(
+    name: str, config: InferenceProviderConfigSpec | None, engine: str | None, mode: str, gpus: int
+) -> list[Problem]:
+    """AI Runway's CheckProviderCompatibility for a named provider: admission reports every problem, the
+    selector the first (it also runs it with the engine it resolved)."""
     if config is None or config.capabilities is None or not engine:
         return []
-    capability = next((e for e in config.capabilities.engines or [] if e.name == engine), None)
+    capability = config.capabilities.engine(engine)
     if capability is None:
         return [at(["spec", "engine", "type"], f"provider {name} does not support engine {engine}")]
     problems: list[Problem] = []
-    mode = spec.serving.mode if spec.serving and spec.serving.mode else "aggregated"
-    if mode not in (capability.servingModes or ["aggregated"]):
+    if not capability.serves(mode):
         problems.append(at(["spec", "serving", "mode"], f"provider {name} does not support {mode} mode for engine {engine}"))
-    gpus = spec.resources.gpu.count if spec.resources and spec.resources.gpu else 0
     if mode == "aggregated" and gpus == 0 and not capability.cpuSupport:
         problems.append(
             at(["spec", "resources", "gpu", "count"], f"{engine} engine on provider {name} requires GPU (set resources.gpu.count > 0)")

@@ -30,6 +30,7 @@ from contracts.pipeline import ProviderSelected, SelectionFailed
 from contracts.providerconfig import EngineCapability, InferenceProviderConfigSpec
 from contracts.rules import dynamo as dynamo_rules
 from contracts.rules import modeldeployment as md_rules
+from contracts.rules.provider import compatibility_problems
 
 
 @dataclass(frozen=True)
@@ -177,14 +178,9 @@ def compatibility(md: ModelDeployment, engine: str, providers: list[Provider]) -
         config = next((p for p in providers if p.name == named), None)
         if config is None:
             return None  # an external provider not registered yet: nothing to check against
-        capability = config.engine(engine)
-        if capability is None:
-            return f"provider {named} does not support engine {engine}"
-        if not capability.serves(mode):
-            return f"provider {named} does not support {mode} mode for engine {engine}"
-        if mode == "aggregated" and not gpu and not capability.cpuSupport:
-            return f"{engine} engine on provider {named} requires GPU (set resources.gpu.count > 0)"
-        return None
+        gpus = md.spec.resources.gpu.count if md.spec.resources and md.spec.resources.gpu else 0
+        problems = compatibility_problems(named, config.spec, engine, mode, gpus)
+        return problems[0].message if problems else None
     cpu_offered = any((c := p.engine(engine)) is not None and c.cpuSupport for p in providers)
     if mode == "aggregated" and not gpu and providers and not cpu_offered:
         return f"{engine} engine requires GPU (set resources.gpu.count > 0)"
