@@ -42,6 +42,11 @@ class Admission:
     def ok(self) -> bool:
         return not self.problems and self.obj is not None
 
+    def refuse(self, problems: list[Problem]) -> None:
+        """Add problems found beside admission; one already reported is not said twice (the update rules and
+        the provider recorded in status both refuse a provider switch)."""
+        self.problems += [p for p in problems if p not in self.problems]
+
     @property
     def label(self) -> str:
         return f"{self.kind or '(unknown kind)'}/{self.name or '(unnamed)'}"

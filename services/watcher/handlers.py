@@ -112,7 +112,7 @@ class WatcherService(Service):
             if not verdict.problems:  # the dial policy judges only what admission accepted (a malformed URL has no host)
                 verdict.problems += policy(verdict.obj, allow_link_local=self.allow_link_local)
             if isinstance(verdict.obj, ModelDeployment) and current is not None:
-                verdict.problems += md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj)
+                verdict.refuse(md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj))
             if isinstance(verdict.obj, ModelDeployment):
                 problems, warnings = check_named_provider(verdict.obj, self.provider_lookup(verdict.obj))
                 verdict.problems += problems

@@ -79,7 +79,7 @@ def desired(obj: dict[str, Any], current: ResourceState | None) -> Event | Rejec
     }
     verdict = admit(doc, old=typed(current)) if current is not None else admit(doc)
     if isinstance(verdict.obj, ModelDeployment) and current is not None:
-        verdict.problems += md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj)
+        verdict.refuse(md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj))
     if not verdict.ok or verdict.obj is None:
         return Rejected(key, verdict.problems)
     wire = verdict.obj.wire()

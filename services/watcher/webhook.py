@@ -74,7 +74,7 @@ def review(
             verdict.problems += policy(verdict.obj, allow_link_local=allow_link_local)
         if isinstance(verdict.obj, ModelDeployment) and isinstance(old, dict):
             recorded = ((old.get("status") or {}).get("provider") or {}).get("name")
-            verdict.problems += md_rules.check_provider_switch(recorded if isinstance(recorded, str) else None, verdict.obj)
+            verdict.refuse(md_rules.check_provider_switch(recorded if isinstance(recorded, str) else None, verdict.obj))
         if isinstance(verdict.obj, ModelDeployment) and provider is not None and not mutate:
             problems, warnings = check_named_provider(verdict.obj, provider)
             verdict.problems += problems
