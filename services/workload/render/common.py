@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.modeldeployment import DEFAULT_GPU_TYPE, ModelDeployment
-from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MODEL_DEPLOYMENT, MODEL_SOURCE, managed_labels
+from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MODEL_DEPLOYMENT, MODEL_SOURCE, managed_labels, metadata
 from contracts.pipeline import StoragePlanned
 from contracts.rules.modeldeployment import ARG_KEY, RESERVED_VLLM_FLAGS, flag_key
 from contracts.subjects import Key
@@ -64,6 +64,13 @@ class Inputs:
 
 def labels(inputs: Inputs) -> dict[str, str]:
     return {**managed_labels(), DEPLOYMENT: inputs.name, ENGINE_TYPE: inputs.engine, MODEL_SOURCE: inputs.spec.model.source}
+
+
+def main_metadata(inputs: Inputs, name: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """The metadata of a provider's main object (Deployment, Workspace, RayService): Jetway's labels over the
+    user's pod-template ones, and the pod-template annotations, as AI Runway writes them."""
+    labels_ = {**template_labels(inputs), **labels(inputs), **(extra_labels or {})}
+    return metadata(name, inputs.key, inputs.uid, labels_, pod_annotations(inputs) or None)
 
 
 def template_labels(inputs: Inputs) -> dict[str, str]:

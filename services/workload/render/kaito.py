@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from contracts.objects import MODEL_DEPLOYMENT, metadata
+from contracts.objects import MODEL_DEPLOYMENT
 from services.workload.render.common import (
     Inputs,
     RenderError,
     apply_overrides,
     env,
-    labels,
+    main_metadata,
     merge_overrides,
-    pod_annotations,
     storage_volumes,
-    template_labels,
 )
 
 # AI Runway's KAITO node auto-provisioning settings, by the names its KAITO provider reads from its environment.
@@ -59,13 +57,7 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
     workspace: dict[str, Any] = {
         "apiVersion": "kaito.sh/v1beta1",
         "kind": "Workspace",
-        "metadata": metadata(
-            inputs.name,
-            inputs.key,
-            inputs.uid,
-            {**template_labels(inputs), **labels(inputs), MODEL_DEPLOYMENT: inputs.name},
-            pod_annotations(inputs) or None,
-        ),
+        "metadata": main_metadata(inputs, inputs.name, {MODEL_DEPLOYMENT: inputs.name}),
         "resource": resource,
     }
     if inputs.engine == "vllm":

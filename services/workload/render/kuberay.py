@@ -6,19 +6,18 @@ from typing import Any
 
 import yaml
 
-from contracts.objects import MODEL_DEPLOYMENT, metadata
+from contracts.objects import MODEL_DEPLOYMENT
 from services.workload.render.common import (
     Inputs,
     RenderError,
     apply_overrides,
     env,
-    labels,
+    main_metadata,
     merge_overrides,
     pod_annotations,
     pod_labels,
     scheduling,
     storage_volumes,
-    template_labels,
 )
 
 DEFAULT_IMAGE = "rayproject/ray-llm:2.55.0-py311-cu128"
@@ -110,13 +109,7 @@ def render(inputs: Inputs) -> list[dict[str, Any]]:
     service: dict[str, Any] = {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
-        "metadata": metadata(
-            inputs.name,
-            inputs.key,
-            inputs.uid,
-            {**template_labels(inputs), **labels(inputs), MODEL_DEPLOYMENT: inputs.name},
-            pod_annotations(inputs) or None,
-        ),
+        "metadata": main_metadata(inputs, inputs.name, {MODEL_DEPLOYMENT: inputs.name}),
         "spec": {
             "serveConfigV2": yaml.safe_dump(serve, sort_keys=False),
             "rayClusterConfig": {"headGroupSpec": head, "workerGroupSpecs": workers},

@@ -11,6 +11,7 @@ from services.workload.render.common import (
     apply_overrides,
     env,
     labels,
+    main_metadata,
     main_resources,
     merge_overrides,
     pod_annotations,
@@ -18,7 +19,6 @@ from services.workload.render.common import (
     scheduling,
     selector,
     storage_volumes,
-    template_labels,
     vllm_args,
 )
 
@@ -61,17 +61,18 @@ def deployment(
     if volumes:
         pod_spec["volumes"] = volumes
     apply_overrides(inputs, pod_spec, container, pod_spec["containers"])
-    annotations = pod_annotations(inputs)
-    object_labels = {**template_labels(inputs), **labels(inputs), **(extra_labels or {})}
     obj: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(name, inputs.key, inputs.uid, object_labels, annotations or None),
+        "metadata": main_metadata(inputs, name, extra_labels),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector_labels},
             "template": {
-                "metadata": {"labels": {**pod_labels(inputs, selector_labels), **(extra_labels or {})}, "annotations": dict(annotations)},
+                "metadata": {
+                    "labels": {**pod_labels(inputs, selector_labels), **(extra_labels or {})},
+                    "annotations": pod_annotations(inputs),
+                },
                 "spec": pod_spec,
             },
         },
