@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.build import BuildFailed, build, go_binary
+from tests.cluster.build import CONTROL_PLANE
 from tests.cluster.controlplane import ControlPlane, ControlPlaneError
 from tests.support.cluster import Cluster, RealServer, cluster_for_tests
 from tests.support.nats import NatsEndpoint, nats_endpoint
@@ -41,16 +40,11 @@ def real_server(request: pytest.FixtureRequest) -> Iterator[RealServer]:
     if os.environ.get("KUBECONFIG"):
         yield RealServer(os.environ["KUBECONFIG"], owned=False)
         return
-    if go_binary() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(NO_GO)
-        pytest.skip(NO_GO)
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():  # the build's progress reaches the terminal
-        try:
-            plane = ControlPlane(build()).start()
-        except (BuildFailed, ControlPlaneError) as failure:
-            pytest.fail(f"the test control plane could not be built or started: {failure}", pytrace=False)
+    bin_dir = CONTROL_PLANE.for_tests(request, NO_GO)
+    try:
+        plane = ControlPlane(bin_dir).start()
+    except ControlPlaneError as failure:
+        pytest.fail(f"the test control plane could not be started: {failure}", pytrace=False)
     try:
         yield RealServer(str(plane.kubeconfig), owned=True)
     finally:

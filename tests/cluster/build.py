@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 GOMOD = HERE / "gomod"
 KUBERNETES = "v1.37.2"
@@ -45,8 +47,6 @@ TARGETS = (
     Target(GOMOD / "etcd", ("go.etcd.io/etcd/server/v3",)),
 )
 BINARIES = ("kube-apiserver", "kube-controller-manager", "etcd")
-# go names a binary for its package path's last element, skipping a major-version suffix
-BUILT_AS = {"server": "etcd"}
 
 
 class BuildFailed(RuntimeError):
@@ -60,29 +60,6 @@ def go_binary() -> str | None:
 def _go_version(go: str) -> str:
     out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
-
-
-def cache_root() -> Path:
-    if os.environ.get("JETWAY_KUBE_CACHE"):
-        return Path(os.environ["JETWAY_KUBE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jetway" / "kube"
-
-
-def cache_key(go_version: str) -> str:
-    digest = hashlib.sha256()
-    for target in TARGETS:
-        for name in ("go.mod", "go.sum"):
-            digest.update((target.module_dir / name).read_bytes())
-    return f"kubernetes-{KUBERNETES}_etcd-{ETCD}_{go_version}_{digest.hexdigest()[:12]}"
-
-
-def cached_bin_dir() -> Path | None:
-    """The folder of built binaries when a build for these versions is cached, else None."""
-    go = go_binary()
-    if go is None:
-        return None
-    folder = cache_root() / cache_key(_go_version(go)) / "bin"
-    return folder if all((folder / name).is_file() for name in BINARIES) else None
 
 
 @contextlib.contextmanager
@@ -134,48 +111,109 @@ def _build_target(go: str, target: Target, out: Path, env: dict[str, str], say: 
     say(f"  {names}: done ({compiled} packages compiled, the rest from Go's build cache)")
 
 
-def build(say: Callable[[str], None] | None = None) -> Path:
-    """The folder holding kube-apiserver, kube-controller-manager and etcd, building them if needed."""
-    say = say or (lambda message: print(f"[control plane] {message}", file=sys.stderr, flush=True))
-    go = go_binary()
-    if go is None:
-        raise BuildFailed("Go is not installed: the real control plane is built from Go modules (install Go 1.26 or newer)")
-    key = cache_key(_go_version(go))
-    folder = cache_root() / key
-    with _locked(cache_root() / f"{key}.lock"):
-        found = cached_bin_dir()
-        if found is not None:
-            return found
-        started = time.monotonic()
-        say(f"building the test control plane (Kubernetes {KUBERNETES}, etcd {ETCD}) into {folder}; once per machine")
-        staging = folder / "bin.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
-        for target in TARGETS:
-            _build_target(go, target, staging, env, say)
-        for built, name in BUILT_AS.items():
-            (staging / built).rename(staging / name)
-        for name in BINARIES:
-            if not (staging / name).is_file():
-                raise BuildFailed(f"the build produced no {name} in {staging}")
-        final = folder / "bin"
-        shutil.rmtree(final, ignore_errors=True)
-        staging.rename(final)
-        elapsed = time.monotonic() - started
-        (folder / "build-seconds").write_text(f"{elapsed:.0f}\n")
-        say(f"built in {elapsed / 60:.1f} min: {final}")
-        return final
+@dataclass(frozen=True)
+class GoBuild:
+    """Go packages built into a per-machine cache folder keyed by the pinned versions, the Go toolchain and
+    a hash of the module files, under a lock so two test processes never build at once. The control plane
+    and the test registry are two of these."""
+
+    what: str  # what progress lines and errors call it
+    cache_env: str  # the environment variable that moves the cache
+    cache_folder: str  # under ~/.cache/jetway
+    versions: str  # the cache key's pinned-versions part
+    targets: tuple[Target, ...]
+    binaries: tuple[str, ...]
+    key_files: Callable[[], list[Path]]  # the files whose bytes key the cache
+    built_as: tuple[tuple[str, str], ...] = ()  # go's name for a binary → ours
+
+    def cache_root(self) -> Path:
+        if os.environ.get(self.cache_env):
+            return Path(os.environ[self.cache_env])
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jetway" / self.cache_folder
+
+    def cache_key(self, go_version: str) -> str:
+        digest = hashlib.sha256()
+        for path in self.key_files():
+            digest.update(path.read_bytes())
+        return f"{self.versions}_{go_version}_{digest.hexdigest()[:12]}"
+
+    def cached_bin_dir(self) -> Path | None:
+        """The folder of built binaries when a build for these versions is cached, else None."""
+        go = go_binary()
+        if go is None:
+            return None
+        folder = self.cache_root() / self.cache_key(_go_version(go)) / "bin"
+        return folder if all((folder / name).is_file() for name in self.binaries) else None
+
+    def build(self, say: Callable[[str], None] | None = None) -> Path:
+        """The folder holding the binaries, building them if needed."""
+        say = say or (lambda message: print(f"[{self.what}] {message}", file=sys.stderr, flush=True))
+        go = go_binary()
+        if go is None:
+            raise BuildFailed(f"Go is not installed: the {self.what} is built from Go modules (install Go 1.26 or newer)")
+        key = self.cache_key(_go_version(go))
+        folder = self.cache_root() / key
+        with _locked(self.cache_root() / f"{key}.lock"):
+            found = self.cached_bin_dir()
+            if found is not None:
+                return found
+            started = time.monotonic()
+            say(f"building the {self.what} ({self.versions}) into {folder}; once per machine")
+            staging = folder / "bin.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+            for target in self.targets:
+                _build_target(go, target, staging, env, say)
+            for built, name in self.built_as:
+                (staging / built).rename(staging / name)
+            for name in self.binaries:
+                if not (staging / name).is_file():
+                    raise BuildFailed(f"the build produced no {name} in {staging}")
+            final = folder / "bin"
+            shutil.rmtree(final, ignore_errors=True)
+            staging.rename(final)
+            elapsed = time.monotonic() - started
+            (folder / "build-seconds").write_text(f"{elapsed:.0f}\n")
+            say(f"built in {f'{elapsed:.0f} s' if elapsed < 120 else f'{elapsed / 60:.1f} min'}: {final}")
+            return final
+
+    def for_tests(self, request: pytest.FixtureRequest, no_go: str) -> Path:
+        """The binaries for a fixture: without Go the tests skip saying `no_go` (fail under CI=true, where they
+        are required); a failed build fails them; the build's progress reaches the terminal."""
+        if go_binary() is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(no_go)
+            pytest.skip(no_go)
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            try:
+                return self.build()
+            except BuildFailed as failure:
+                pytest.fail(f"the {self.what} could not be built: {failure}", pytrace=False)
+
+    def main(self) -> int:
+        try:
+            print(self.build())
+        except BuildFailed as failure:
+            print(f"error: {failure}", file=sys.stderr)
+            return 1
+        return 0
 
 
-def main() -> int:
-    try:
-        print(build())
-    except BuildFailed as failure:
-        print(f"error: {failure}", file=sys.stderr)
-        return 1
-    return 0
+CONTROL_PLANE = GoBuild(
+    what="test control plane",
+    cache_env="JETWAY_KUBE_CACHE",
+    cache_folder="kube",
+    versions=f"kubernetes-{KUBERNETES}_etcd-{ETCD}",
+    targets=TARGETS,
+    binaries=BINARIES,
+    key_files=lambda: [target.module_dir / name for target in TARGETS for name in ("go.mod", "go.sum")],
+    built_as=(("server", "etcd"),),  # go names a binary for its package path's last element
+)
+build = CONTROL_PLANE.build
+cached_bin_dir = CONTROL_PLANE.cached_bin_dir
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(CONTROL_PLANE.main())

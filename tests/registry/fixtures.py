@@ -3,13 +3,11 @@ once per machine from go-containerregistry's Go module and started for the modul
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.registry.build import BuildFailed, build, go_binary
+from tests.registry.build import REGISTRY
 from tests.registry.server import Registry, RegistryError
 
 NO_GO = (
@@ -22,16 +20,7 @@ LABELS = {"org.opencontainers.image.created": "2026-05-01T00:00:00Z", "org.openc
 @pytest.fixture(scope="module")
 def oci(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """The registry, built once per machine (cached) and started for this module, with the test images in it."""
-    if go_binary() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(NO_GO)
-        pytest.skip(NO_GO)
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():  # the build's progress reaches the terminal
-        try:
-            bin_dir = build()
-        except BuildFailed as failure:
-            pytest.fail(f"the test registry could not be built: {failure}", pytrace=False)
+    bin_dir = REGISTRY.for_tests(request, NO_GO)
     server = Registry(bin_dir, tmp_path_factory.mktemp("registry"))
     try:
         server.start()
