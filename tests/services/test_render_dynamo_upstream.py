@@ -16,7 +16,6 @@ differences are listed in docs/upstream-differences.md under "Dynamo".
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 from typing import Any
 
@@ -25,18 +24,17 @@ import pytest
 from cli.render import objects_for
 from contracts.admission import admit
 from contracts.modeldeployment import ModelDeployment
-from contracts.pipeline import ProviderSelected, SelectionFailed, StoragePlanned
-from contracts.rules.modeldeployment import with_defaults
+from contracts.pipeline import ProviderSelected, SelectionFailed
 from contracts.subjects import Key
 from services.selector.decide import select
-from services.storage.decide import plan
 from services.workload.render import endpoint, render
 from services.workload.render.common import Inputs, RenderError
 from services.workload.render.dynamo import model_label
 from tests.contracts.cases import DELETE, MD, changed
+from tests.services import upstream
 from tests.services.test_selection import builtins
+from tests.services.upstream import UID, has_arg
 
-UID = "test-uid"
 MODEL = "meta-llama/Llama-2-7b-chat-hf"
 MOCKER = {"airunway.ai/dynamo-test-backend": "mocker"}
 # upstream newTestMD: test-model in default, a Hugging Face model, engine vllm (Go's zero values), one GPU
@@ -56,31 +54,17 @@ KV_TRANSFER = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 PLANNER = "nvcr.io/nvidia/ai-dynamo/dynamo-planner:1.1.1"
 
 
-def _inputs(md: ModelDeployment, engine: str | None, storage: StoragePlanned | None, gateway: bool) -> Inputs:
-    key = Key("ModelDeployment", md.metadata.namespace or "default", md.metadata.name)
-    chosen = engine or (md.spec.engine.type if md.spec.engine and md.spec.engine.type else "vllm")
-    return Inputs(key, UID, md, chosen, storage, gateway)
-
-
 def admitted(changes: dict[str, Any], *, gateway: bool = False, base: dict[str, Any] = UPSTREAM_MD) -> Inputs:
-    """What the renderer is given for a manifest admission accepts, storage planned as the storage service plans it;
-    `gateway`: the Inference Extension is served."""
-    verdict = admit(changed(base, changes))
-    assert verdict.ok, verdict.problems
-    assert isinstance(verdict.obj, ModelDeployment)
-    key = Key("ModelDeployment", verdict.obj.metadata.namespace or "default", verdict.obj.metadata.name)
-    storage = plan(verdict.obj, key, 1, UID)
-    assert isinstance(storage, StoragePlanned)
-    return _inputs(verdict.obj, None, storage, gateway)
+    """`gateway`: the Inference Extension is served."""
+    return upstream.admitted(base, changes, gateway=gateway)
 
 
 def unadmitted(changes: dict[str, Any], *, gateway: bool = False, base: dict[str, Any] = UPSTREAM_MD) -> Inputs:
-    """A manifest parsed and defaulted but never checked: the renderer's own guards are all that stand."""
-    return _inputs(with_defaults(ModelDeployment.model_validate(changed(base, changes))), None, None, gateway)
+    return upstream.unadmitted(base, changes, gateway=gateway)
 
 
 def refusals(changes: dict[str, Any], base: dict[str, Any] = UPSTREAM_MD) -> list[str]:
-    return [str(p) for p in admit(changed(base, changes)).problems]
+    return upstream.refusals(base, changes)
 
 
 def dgd(inputs: Inputs) -> dict[str, Any]:
@@ -98,10 +82,6 @@ def main(service: dict[str, Any]) -> dict[str, Any]:
 
 def args_of(service: dict[str, Any]) -> list[str]:
     return list(main(service)["args"])
-
-
-def has_arg(args: list[str], flag: str, value: str) -> bool:
-    return any(a == flag and b == value for a, b in itertools.pairwise(args))
 
 
 def env_var(service: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -461,7 +441,7 @@ def test_transform_aggregated_nil_resources() -> None:
     none and is refused."""
     assert services(admitted({"spec.resources": DELETE}))["VllmWorker"]["resources"]["limits"] == {"gpu": "1"}
     bare = ModelDeployment.model_validate(changed(UPSTREAM_MD, {"spec.resources": DELETE}))
-    assert render_refusal(_inputs(bare, None, None, False)) == "Dynamo requires GPU (set resources.gpu.count > 0)"
+    assert render_refusal(upstream.inputs_of(bare, None)) == "Dynamo requires GPU (set resources.gpu.count > 0)"
 
 
 def test_transform_aggregated_gpu_count0() -> None:

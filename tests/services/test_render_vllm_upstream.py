@@ -11,24 +11,18 @@ Deliberate differences are listed in docs/upstream-differences.md under "Direct 
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
 import pytest
 
-from contracts.admission import admit
-from contracts.modeldeployment import ModelDeployment
-from contracts.pipeline import StoragePlanned
-from contracts.rules.modeldeployment import with_defaults
-from contracts.subjects import Key
-from services.storage.decide import plan
 from services.workload.providers import VERSION, builtin_configs
 from services.workload.render import render
 from services.workload.render.common import Inputs, RenderError, resources
 from tests.contracts.cases import DELETE, MD, changed
+from tests.services import upstream
+from tests.services.upstream import UID, has_arg
 
-UID = "test-uid"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # upstream newTestMD: test-model in default, a Hugging Face model, engine vllm, one GPU
 UPSTREAM_MD = changed(MD, {"metadata.name": "test-model", "spec.model": {"id": MODEL, "source": "huggingface"}})
@@ -38,28 +32,16 @@ NETWORKING = (
 )
 
 
-def _inputs(md: ModelDeployment, engine: str, storage: StoragePlanned | None) -> Inputs:
-    return Inputs(Key("ModelDeployment", md.metadata.namespace or "default", md.metadata.name), UID, md, engine, storage)
-
-
 def admitted(changes: dict[str, Any], engine: str = "vllm", base: dict[str, Any] = UPSTREAM_MD) -> Inputs:
-    """What the renderer is given for a manifest admission accepts, storage planned as the storage service plans it."""
-    verdict = admit(changed(base, changes))
-    assert verdict.ok, verdict.problems
-    assert isinstance(verdict.obj, ModelDeployment)
-    key = Key("ModelDeployment", verdict.obj.metadata.namespace or "default", verdict.obj.metadata.name)
-    storage = plan(verdict.obj, key, 1, UID)
-    assert isinstance(storage, StoragePlanned)
-    return _inputs(verdict.obj, engine, storage)
+    return upstream.admitted(base, changes, engine=engine)
 
 
 def unadmitted(changes: dict[str, Any], engine: str = "vllm", base: dict[str, Any] = UPSTREAM_MD) -> Inputs:
-    """A manifest parsed and defaulted but never checked: the renderer's own guards are all that stand."""
-    return _inputs(with_defaults(ModelDeployment.model_validate(changed(base, changes))), engine, None)
+    return upstream.unadmitted(base, changes, engine=engine)
 
 
 def refusals(changes: dict[str, Any], base: dict[str, Any] = UPSTREAM_MD) -> list[str]:
-    return [str(p) for p in admit(changed(base, changes)).problems]
+    return upstream.refusals(base, changes)
 
 
 def container(obj: dict[str, Any]) -> dict[str, Any]:
@@ -70,10 +52,6 @@ def container(obj: dict[str, Any]) -> dict[str, Any]:
 
 def args_of(obj: dict[str, Any]) -> list[str]:
     return list(container(obj)["args"])
-
-
-def has_arg(args: list[str], flag: str, value: str) -> bool:
-    return any(a == flag and b == value for a, b in itertools.pairwise(args))
 
 
 def env_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
