@@ -15,8 +15,10 @@ VOL = "spec.model.storage.volumes"
 KEY = Key("ModelDeployment", "default", "qwen")
 
 
-def planned(volumes: list[dict[str, Any]], observed: Observed | None = None, **changes: Any) -> StoragePlanned | StorageInvalid:
-    verdict = admit(changed(MD, {VOL: volumes, **changes}))
+def planned(
+    volumes: list[dict[str, Any]], observed: Observed | None = None, changes: dict[str, Any] | None = None
+) -> StoragePlanned | StorageInvalid:
+    verdict = admit(changed(MD, {VOL: volumes, **(changes or {})}))
     assert isinstance(verdict.obj, ModelDeployment), verdict.problems
     return plan(verdict.obj, KEY, 2, "uid-1", observed)
 
@@ -87,7 +89,8 @@ def test_every_volume_is_mounted_with_default_paths() -> None:
 
 def test_hugging_face_model_into_a_writable_cache_gets_a_download_job() -> None:
     result = planned(
-        [{"name": "cache", "purpose": "modelCache", "size": "50Gi", "mountPath": "/models"}], **{"spec.secrets": {"huggingFaceToken": "hf"}}
+        [{"name": "cache", "purpose": "modelCache", "size": "50Gi", "mountPath": "/models"}],
+        changes={"spec.secrets": {"huggingFaceToken": "hf"}},
     )
     assert isinstance(result, StoragePlanned)
     job = result.objects[1]
@@ -102,7 +105,7 @@ def test_hugging_face_model_into_a_writable_cache_gets_a_download_job() -> None:
 
 
 def test_no_download_for_custom_models_or_read_only_caches() -> None:
-    custom = planned([{"name": "cache", "purpose": "modelCache", "size": "5Gi"}], **{"spec.model": {"id": "x", "source": "custom"}})
+    custom = planned([{"name": "cache", "purpose": "modelCache", "size": "5Gi"}], changes={"spec.model": {"id": "x", "source": "custom"}})
     read_only = planned([{"name": "cache", "purpose": "modelCache", "claimName": "c", "readOnly": True}])
     assert isinstance(custom, StoragePlanned) and isinstance(read_only, StoragePlanned)
     assert custom.download_job == read_only.download_job == ""
