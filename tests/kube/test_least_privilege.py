@@ -105,6 +105,7 @@ async def test_each_service_with_its_own_service_account_takes_everything_throug
         "JETWAY_MODE": "cluster",
         "JETWAY_NATS_URL": nats.url,
         "JETWAY_RESYNC_SECONDS": "2",
+        "JETWAY_IMAGE_RESOLUTION": "off",  # no registry here: the default vLLM image is used by its tag
         "JETWAY_NAMESPACE": SYSTEM,
         "JETWAY_WEBHOOK_PORT": str(free_port()),
         "JETWAY_ROUTER_PORT": str(free_port()),
