@@ -31,6 +31,7 @@ from contracts.objects import (
     ref,
 )
 from contracts.providerconfig import EngineGateway
+from contracts.rules import dynamo as dynamo_rules
 from contracts.subjects import Key
 
 POOL_API = "inference.networking.k8s.io/v1"
@@ -299,6 +300,11 @@ def plan(inputs: Inputs) -> Plan | None:
     on, explicit = enabled(md, inputs.apis)
     router_member = member(inputs)
     members = [router_member] if router_member else []
+    if dynamo_rules.mocker(md):
+        # AI Runway skips gateway reconciliation for the mocker before anything else: no objects, no GatewayReady
+        # (whatever spec.gateway says, whether or not the APIs are served); Jetway's router member still stands
+        mocker = GatewayReconciled(generation=inputs.generation, reason="DynamoMocker", objects=tuple(ref(o) for o in members))
+        return Plan(mocker, member=router_member)
     if not inputs.apis:
         if explicit and on:
             message = "Gateway API Inference Extension CRDs are not installed in the cluster (InferencePool, HTTPRoute)"

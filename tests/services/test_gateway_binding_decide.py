@@ -115,6 +115,29 @@ def test_plans() -> None:
     assert member is not None and member.member is not None and member.member["spec"]["url"] == "http://10.1.2.3:8000"
 
 
+MOCKER = {"metadata.annotations": {"airunway.ai/dynamo-test-backend": "mocker"}, "spec.provider": {"name": "dynamo"}}
+
+
+def test_gateway_dynamo_mocker_skips_creation() -> None:
+    """AI Runway's TestGateway_DynamoMockerSkipsCreation: gateway left at its default (on), the Inference
+    Extension served, a Gateway to route through; only the mocker annotation keeps the control off the
+    gateway path: no InferencePool, no HTTPRoute, and no GatewayReady condition (neither true nor false)."""
+    plan = control.plan(inputs(md(**MOCKER)))
+    assert plan is not None and not plan.writes and plan.provider_pool is None and plan.gateway is None
+    kinds = [o["kind"] for o in plan.objects()]
+    assert "InferencePool" not in kinds and "HTTPRoute" not in kinds and not kinds
+    assert plan.decision.status.conditions == () and plan.decision.gateway == "" and plan.decision.reason == "DynamoMocker"
+    # Jetway's own router still takes the deployment (not a Gateway API object)
+    routed = control.plan(inputs(md(**MOCKER), service_ip="10.1.2.3"))
+    assert routed is not None and [o["kind"] for o in routed.objects()] == ["InferencePoolMember"] and not routed.decision.status.conditions
+    # skipped before the APIs are looked at: explicitly enabled without the CRDs says nothing either
+    crds = control.plan(inputs(md(**MOCKER, **{"spec.gateway": {"enabled": True}}), apis=False))
+    assert crds is not None and crds.decision.status.conditions == () and not crds.writes
+    # the annotation alone, without the Dynamo provider named, is not the mocker (isDynamoMockerMode)
+    plain = control.plan(inputs(md(**{"metadata.annotations": {"airunway.ai/dynamo-test-backend": "mocker"}})))
+    assert plain is not None and plain.decision.reason == "GatewayConfigured"
+
+
 def test_allowed_routes_patch_and_its_removal() -> None:
     shared = gateway(namespace="infra")
     body = control.allowed_routes(shared, {"default", "team-a"})
