@@ -138,7 +138,22 @@ _CRDS = {
     "kuberay": [{"name": "rayservices.ray.io", "displayName": "RayService"}],
 }
 _INSTALL = {
-    "vllm": {"description": "Nothing to install: Jetway renders a Deployment and a Service.", "steps": []},
+    "vllm": {  # AI Runway's (providers/vllm/config.go GetInstallationInfo): no operator, but GPUs and a token
+        "description": "vLLM provider: deploys vLLM Deployments + Services directly. Requires GPU nodes with the NVIDIA device plugin.",
+        "steps": [
+            {
+                "title": "Install NVIDIA GPU Device Plugin",
+                "command": "kubectl apply -f "
+                "https://raw.githubusercontent.com/NVIDIA/k8s-device-plugin/v0.17.0/deployments/static/nvidia-device-plugin.yml",
+                "description": "Install the NVIDIA device plugin so GPU nodes advertise nvidia.com/gpu resources.",
+            },
+            {
+                "title": "Create HuggingFace Token Secret",
+                "command": "kubectl create secret generic vllm-hf-token --from-literal=HF_TOKEN=<your-token> -n <model-namespace>",
+                "description": "Create the HuggingFace token secret in the same namespace as your ModelDeployment.",
+            },
+        ],
+    },
     "llmd": {
         "description": "Nothing to install for serving; the Gateway API Inference Extension is needed for its endpoint picker.",
         "steps": [],

@@ -467,11 +467,6 @@ def test_get_installation_info() -> None:
     assert json.loads(_config()["metadata"]["annotations"]["airunway.ai/installation"])["description"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/workload/providers.py (the workload service's, not the renderer's) says there is nothing to install "
-    "for Direct vLLM; upstream lists the NVIDIA device plugin and the HF token Secret. Reported to its owner.",
-)
 def test_get_installation_info_steps() -> None:
     """upstream: TestGetInstallationInfo: installation steps, among them the lower-case HF token Secret command."""
     info = json.loads(_config()["metadata"]["annotations"]["airunway.ai/installation"])
