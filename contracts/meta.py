@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 # Patterns, each with the words a user sees when a value breaks it (see problems.py).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -21,6 +21,7 @@ CONDITION_TYPE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9]
 CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 ABSOLUTE_PATH = r"^/"
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+QUANTITY_OR_EMPTY = r"^([+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?)?$"
 
 PATTERN_WORDS: dict[str, str] = {
     DNS_LABEL: "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit",
@@ -32,11 +33,22 @@ PATTERN_WORDS: dict[str, str] = {
     CONDITION_REASON: "must be a CamelCase reason such as 'ProbeFailed'",
     ABSOLUTE_PATH: "must be an absolute path (start with /)",
     QUANTITY: "must be a Kubernetes quantity such as '100Gi', '500m' or '2'",
+    QUANTITY_OR_EMPTY: "must be a Kubernetes quantity such as '100Gi', '500m' or '2', or empty (unset)",
 }
 
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
 DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)]
 Quantity = Annotated[str, Field(pattern=QUANTITY)]
+
+
+def _empty_is_unset(value: Any) -> Any:
+    return None if value == "" else value
+
+
+# A quantity AI Runway keeps in a plain string field (`resources.cpu`, `resources.memory`, a
+# component's `memory`): empty reads as unset (omitempty), so the CRD accepts "" and admission
+# drops it. Its resource.Quantity fields (`storage.size`, `divisor`) stay Quantity: "" is no quantity.
+OptionalQuantity = Annotated[Annotated[str, Field(pattern=QUANTITY_OR_EMPTY)] | None, BeforeValidator(_empty_is_unset)]
 LabelMap = dict[str, str]
 
 

@@ -14,6 +14,7 @@ from contracts.meta import (
     LABEL_VALUE,
     Condition,
     ObjectMeta,
+    OptionalQuantity,
     Quantity,
     WireModel,
 )
@@ -119,14 +120,14 @@ class GPUSpec(WireModel):
 
 class ResourceSpec(WireModel):
     gpu: GPUSpec | None = None
-    memory: Quantity | None = None
-    cpu: Quantity | None = None
+    memory: OptionalQuantity = None
+    cpu: OptionalQuantity = None
 
 
 class ComponentScaling(WireModel):
     replicas: Annotated[int, Field(ge=0)] = 1
     gpu: GPUSpec | None = None
-    memory: Quantity | None = None
+    memory: OptionalQuantity = None
 
 
 class ScalingSpec(WireModel):

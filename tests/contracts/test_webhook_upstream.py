@@ -629,14 +629,18 @@ def test_validate_resource_quantity(upstream: str, field: str, value: str, words
         refused(verdict, words, path=f"spec.resources.{field}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Jetway's Quantity type (contracts/meta.py) refuses an empty quantity; upstream's string field "
-    "reads it as unset (omitempty), as Jetway does for its other empty strings",
-)
 def test_validate_resource_quantity_empty_string() -> None:
     """upstream: TestValidateResourceQuantity_EmptyString: an empty quantity is no quantity, as if unset"""
-    admitted(create({"spec.resources": {"cpu": "", "memory": ""}}))
+    verdict = create({"spec.resources": {"cpu": "", "memory": ""}})
+    admitted(verdict)
+    assert verdict.obj is not None and verdict.obj.spec.resources is not None  # type: ignore[union-attr]
+    assert verdict.obj.spec.resources.cpu is None and verdict.obj.spec.resources.memory is None  # type: ignore[union-attr]
+    # a component's memory is a plain string upstream too
+    components = {"prefill": {"memory": "", "gpu": {"count": 1}}, "decode": {"memory": "", "gpu": {"count": 1}}}
+    disaggregated = create({"spec.serving": {"mode": "disaggregated"}, "spec.resources": {"gpu": {"count": 0}}, "spec.scaling": components})
+    admitted(disaggregated)
+    scaling = disaggregated.obj.spec.scaling  # type: ignore[union-attr]
+    assert scaling is not None and scaling.prefill is not None and scaling.prefill.memory is None
 
 
 @pytest.mark.parametrize(
