@@ -12,9 +12,13 @@ decisions through `Effects.emit`. The runner does the rest:
   a failed reconcile is retried with backoff (`nak` with a delay) and, after
   `max_attempts`, the event goes to `jetway.dlq.<name>` with the reason. An event no decoder
   can read goes there at once. The consumer keeps going.
+- **One reconcile of a key at a time**, as controller-runtime's workqueue promises: a key
+  asked for while it is being reconciled is marked dirty and reconciled once more after,
+  however many times it was asked; different keys run concurrently, up to `concurrency`.
 - **Exactly-once decisions.** A service's decisions live on its own facet subject, appended
-  with the facet's last sequence as the projection knows it: a replayed or redelivered
-  event, or a second replica, gets a conflict instead of a duplicate, refreshes, and
+  with the facet's last sequence as the projection knew it when the reconcile began: a
+  replayed or redelivered event, a second replica, or a decision made from a view that
+  another writer's decision overtook gets a conflict instead of a duplicate, refreshes, and
   reconciles again. Message ids are derived from the decision, so a retried append is
   absorbed by JetStream's de-duplication.
 - NATS restarts are survived (the client reconnects; fetches retry); SIGTERM stops the loop
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import logging
 import time
@@ -99,6 +104,11 @@ class Effects:
     def __init__(self, runner: Runner, cause: Envelope | None) -> None:
         self.runner = runner
         self.cause = cause
+        # The reconcile decides from the projection as it is now, so each facet is appended after the
+        # sequence it has now (or after this reconcile's own last append to it): a decision of another
+        # writer folded in the meantime makes the append conflict, instead of this stale one landing on top.
+        self._began = runner.folds
+        self._appended: dict[str, int] = {}
 
     @property
     def store(self) -> EventStore:
@@ -112,7 +122,9 @@ class Effects:
     async def emit(self, key: Key, event: Event, *, facet: str | None = None) -> Envelope:
         """Record a decision about `key` on this service's facet (or another facet it owns)."""
         subject = key.subject(facet or self.runner.service.name)
-        expected = self.runner.seen.get(subject, 0)
+        expected = self._appended.get(subject)
+        if expected is None:
+            expected = self.runner.seq_before(subject, self._began)
         body = msgspec.json.encode(event)
         msg_id = hashlib.sha256(f"{subject}\0{expected}\0".encode() + body).hexdigest()[:32]
         try:
@@ -121,7 +133,25 @@ class Effects:
             await self.runner.refresh(subject)
             raise Requeue(str(key)) from None
         self.runner.fold(envelope)
+        self._appended[subject] = envelope.seq
         return envelope
+
+
+class _Run:
+    """A key's next reconcile: every request made before it starts joins it."""
+
+    def __init__(self, cause: Envelope | None) -> None:
+        self.cause = cause
+        self.context = contextvars.copy_context()  # the requester's, so the reconcile's span is its child
+        self.done = asyncio.Event()
+        self.error: Exception | None = None
+
+    def join(self, cause: Envelope | None) -> None:
+        # The latest event is the cause, except that a level-triggered request (no cause) wins: the run
+        # must re-assert everything, as the pass that asked for it would have.
+        if self.cause is not None:
+            self.cause = cause
+            self.context = contextvars.copy_context()
 
 
 def _dedupe(keys: Iterable[Key]) -> list[Key]:
@@ -136,6 +166,8 @@ class Runner:
         self.store = EventStore(nc, producer=service.name)
         self.js: JetStreamContext = nc.jetstream(timeout=5)
         self.seen: dict[str, int] = {}  # subject → last folded stream sequence
+        self.folds = 0  # events folded so far; an Effects compares it with `_moved` to see what moved since it began
+        self._moved: dict[str, tuple[int, int]] = {}  # subject → (`folds` at its last fold, its sequence before that fold)
         self.durable = f"jetway-{service.name}"
         self.ready = asyncio.Event()
         self.lag = 0
@@ -143,7 +175,8 @@ class Runner:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._limit = asyncio.Semaphore(self.settings.concurrency)
-        self._serial: dict[Key, tuple[asyncio.Lock, list[int]]] = {}  # key → its lock and how many want it
+        self._queued: dict[Key, _Run] = {}  # key → its next reconcile, not started yet
+        self._workers: dict[Key, asyncio.Task[None]] = {}  # key → the task reconciling it, while it has work
         self._tracer = trace.get_tracer("jetway.service")
         # Consumers read every event and match the service's filters here: on nats-server 2.15
         # a consumer with several filter subjects delivers ~50x slower than one with a single
@@ -166,8 +199,18 @@ class Runner:
             return False
         self.service.fold(envelope)
         if envelope.seq:
+            self.folds += 1
+            self._moved[envelope.subject] = (self.folds, self.seen.get(envelope.subject, 0))
             self.seen[envelope.subject] = envelope.seq
         return True
+
+    def seq_before(self, subject: str, folds: int) -> int:
+        """The subject's last folded sequence when `folds` events had been folded. If it moved since, a
+        sequence before its last (not always the one it had then): the append's guard refuses either."""
+        moved = self._moved.get(subject)
+        if moved is not None and moved[0] > folds:
+            return moved[1]
+        return self.seen.get(subject, 0)
 
     def _fold_item(self, item: Item) -> None:
         if not self.wants(item.subject):
@@ -196,23 +239,52 @@ class Runner:
     # --- reconciling -----------------------------------------------------------------------
 
     async def reconcile(self, key: Key, cause: Envelope | None = None) -> None:
-        # One reconcile of a key at a time: a resync pass that began before an event was folded would
-        # otherwise write after that event's reconcile (an object re-created after its withdrawal).
-        lock, users = self._serial.setdefault(key, (asyncio.Lock(), [0]))
-        users[0] += 1
+        """Reconcile `key`, after the reconcile of it in progress if there is one; returns once done.
+
+        One reconcile of a key at a time: a resync pass that began before an event was folded would
+        otherwise write after that event's reconcile (an object re-created after its withdrawal). Asked
+        while it runs, the key is reconciled once more after, and every request until that run starts
+        joins it: a burst of events, a resync and a re-probe cost one reconcile, not one each.
+        """
+        run = self._queued.get(key)
+        if run is None:
+            run = self._queued[key] = _Run(cause)
+        else:
+            run.join(cause)
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._work(key), name=f"{self.service.name}-reconcile")
+        await run.done.wait()
+        if run.error is not None:
+            raise run.error
+
+    async def _work(self, key: Key) -> None:
+        """Run the key's queued reconciles one after the other until none is left."""
         try:
-            async with lock:
-                for _ in range(self.settings.conflict_retries):
-                    try:
-                        async with self._limit:
-                            await self.service.reconcile(key, Effects(self, cause))
-                        return
-                    except Requeue:
-                        continue
+            while (run := self._queued.pop(key, None)) is not None:
+                try:
+                    await asyncio.create_task(self._reconcile_now(key, run.cause), context=run.context)
+                except Exception as exc:
+                    run.error = exc
+                except BaseException:
+                    run.error = RuntimeError(f"{key}: the runner stopped while reconciling it")
+                    raise
+                finally:
+                    run.done.set()
         finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._serial[key]
+            del self._workers[key]
+            left = self._queued.pop(key, None)
+            if left is not None:  # stopped with a request still waiting for its turn
+                left.error = RuntimeError(f"{key}: the runner stopped before reconciling it")
+                left.done.set()
+
+    async def _reconcile_now(self, key: Key, cause: Envelope | None) -> None:
+        for _ in range(self.settings.conflict_retries):
+            try:
+                async with self._limit:
+                    await self.service.reconcile(key, Effects(self, cause))
+                return
+            except Requeue:  # the projection was refreshed: decide again from the fresh view
+                continue
         raise RuntimeError(f"{key}: still conflicting after {self.settings.conflict_retries} refreshes")
 
     async def reconcile_all(self) -> None:
@@ -399,6 +471,12 @@ class Runner:
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            workers = list(self._workers.values())  # reconciles still running for the cancelled duties (a resync pass)
+            for task in workers:
+                task.cancel()
+            for task in workers:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             with contextlib.suppress(Exception):

@@ -18,14 +18,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from contracts.events import Envelope, ResourceApplied, StatusReported
+from contracts.events import Envelope, ResourceApplied, StatusReported, StatusSlice
 from contracts.subjects import Key
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM
 from runtime.eventstore import EventStore
-from runtime.service import Runner, RunnerSettings
+from runtime.service import Effects, Runner, RunnerSettings
 from tests.support.ack_service import AckService
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, within
 
 ROOT = Path(__file__).resolve().parents[2]
 Started = list[tuple[Runner, "asyncio.Task[None]"]]
@@ -300,3 +300,77 @@ async def test_a_trace_started_by_a_producer_is_continued_by_the_consumer(
     decision = (await decisions_of(store, "acker"))[0]
     assert isinstance(decision.event, StatusReported)
     assert decision.trace.traceparent.split("-")[1] == f"{producer_context.trace_id:032x}"
+
+
+class HeldAcker(AckService):
+    """The ack service with a gate, to open a race's window on purpose: a reconcile of a held key reads the
+    projection, says so on `waiting[key]`, and decides only once the test sets the key's gate."""
+
+    def __init__(self, name: str, *, level_only: bool = False) -> None:
+        super().__init__(name)
+        self.level_only = level_only  # acknowledge in level-triggered passes only, as a decision left for the next resync
+        self.gates: dict[Key, asyncio.Event] = {}
+        self.waiting: dict[Key, asyncio.Event] = {}
+        self.runs: Counter[Key] = Counter()
+
+    def hold(self, key: Key) -> asyncio.Event:
+        self.waiting[key] = asyncio.Event()
+        self.gates[key] = asyncio.Event()
+        return self.gates[key]
+
+    async def reconcile(self, key: Key, effects: Effects) -> None:
+        self.runs[key] += 1
+        wanted, acked = self.generation.get(key), self.acked.get(key)  # the view this decision is made from
+        if key in self.gates:
+            self.waiting[key].set()
+            await self.gates[key].wait()
+        if wanted is None or acked == wanted or (self.level_only and not effects.level):
+            return
+        await effects.emit(key, StatusReported(generation=wanted, status=StatusSlice(phase="Seen")))
+
+
+async def test_a_decision_made_from_a_stale_view_conflicts_and_is_made_again_from_the_fresh_one(client: Client, started: Started) -> None:
+    # A resync pass reads the projection (generation 1, not acknowledged) and is held; meanwhile another
+    # writer of the facet (a second replica) records the acknowledgement, and this runner's event batch folds
+    # it. Appending after the facet's sequence as of the emit, the pass's stale decision landed on top (the
+    # same decision twice); after the sequence as of the reconcile's start, it conflicts, and the key is
+    # reconciled again from the fresh view, which has nothing left to record.
+    service = HeldAcker("acker", level_only=True)
+    runner, _ = await _run(client, service, started)
+    key = member("raced")
+    store = EventStore(client, producer="watcher")
+    await store.append(key.subject(), applied(key, 1))
+    await eventually(lambda: service.runs[key] == 1, message="the event reconciled (it leaves the decision to a pass)")
+
+    gate = service.hold(key)
+    resync = asyncio.create_task(runner.reconcile_all())
+    await within(service.waiting[key].wait())
+    replica = EventStore(client, producer="acker")
+    await replica.append(key.subject("acker"), StatusReported(generation=1, status=StatusSlice(phase="Seen")), expected_seq=0)
+    await eventually(lambda: service.acked.get(key) == 1, message="the other writer's decision folded by the event batch")
+    gate.set()
+    await within(resync)
+
+    assert [e.event.generation for e in await decisions_of(store, "acker")] == [1]  # type: ignore[attr-defined]
+    assert service.runs[key] >= 3, "the conflicting pass was reconciled again"
+
+
+async def test_a_key_asked_again_while_reconciling_is_reconciled_once_more_and_other_keys_go_on(client: Client, started: Started) -> None:
+    # The workqueue's promise: one reconcile of a key at a time; asked while it runs, the key is marked dirty
+    # and reconciled once more after, however many times it was asked; other keys run meanwhile.
+    service = HeldAcker("acker")
+    runner, _ = await _run(client, service, started)
+    busy, other = member("busy"), member("other")
+    busy_gate, other_gate = service.hold(busy), service.hold(other)
+    first = asyncio.create_task(runner.reconcile(busy))
+    await within(service.waiting[busy].wait())
+    again = [asyncio.create_task(runner.reconcile(busy)) for _ in range(5)]
+    beside = asyncio.create_task(runner.reconcile(other))
+    await within(service.waiting[other].wait())  # reached while busy is still held: the two keys overlap
+
+    assert service.runs == {busy: 1, other: 1}
+    assert not any(t.done() for t in again), "a request made while the key runs waits for the run after"
+    busy_gate.set()
+    other_gate.set()
+    await within(asyncio.gather(first, beside, *again))
+    assert service.runs == {busy: 2, other: 1}
