@@ -303,8 +303,12 @@ def _check_serving(md: ModelDeployment, warnings: list[str]) -> list[Problem]:
             problems.append(
                 at(["spec", "resources", "gpu"], "cannot specify both resources.gpu and scaling.prefill/decode in disaggregated mode")
             )
+        if scaling is None or (scaling.prefill is None and scaling.decode is None):
+            # both missing: one problem with AI Runway's reconciler message, not one per component
+            problems.append(at(["spec", "scaling"], "disaggregated mode requires scaling.prefill and scaling.decode"))
+            return problems
         for part in ("prefill", "decode"):
-            component = getattr(scaling, part) if scaling else None
+            component = getattr(scaling, part)
             if component is None:
                 problems.append(at(["spec", "scaling", part], f"disaggregated mode requires scaling.{part}"))
             elif component.gpu is None or component.gpu.count <= 0:

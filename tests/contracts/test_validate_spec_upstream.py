@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from contracts.admission import admit
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ProviderSelected, SelectionFailed
 from contracts.providerconfig import InferenceProviderConfigSpec
@@ -64,12 +65,6 @@ def spec(engine: str | None = None, provider: str | None = None, **fields: Any) 
         out["provider"] = {"name": provider}
     return {**out, **fields}
 
-
-NEEDS_ONE_DISAGG_MESSAGE = pytest.mark.xfail(
-    strict=True,
-    reason="contracts/rules/modeldeployment.py names scaling.prefill and scaling.decode in two problems, and the reconciler "
-    "reports only the first (reported to the lead)",
-)
 
 CASES: list[Any] = [
     # (subcase, spec, annotations, providers, expected error substring or None)
@@ -146,7 +141,6 @@ CASES: list[Any] = [
         None,
         all_providers(),
         "disaggregated mode requires scaling.prefill and scaling.decode",
-        marks=NEEDS_ONE_DISAGG_MESSAGE,
     ),
     (
         "invalid: disaggregated with resources.gpu set",
@@ -214,3 +208,17 @@ def test_validate_spec_no_engine_type() -> None:
     assert decision.message.startswith("Engine selection failed: no engines available from registered providers")
     resolved = select(md, 1, None, all_providers()).decision  # with providers offering one, it is resolved and valid
     assert isinstance(resolved, ProviderSelected) and resolved.engine == "vllm"
+
+
+@pytest.mark.parametrize("scaling", [None, {"replicas": 1}], ids=["no scaling", "scaling without components"])
+def test_disaggregated_missing_prefill_and_decode_is_one_problem(scaling: dict[str, Any] | None) -> None:
+    """upstream: TestValidateSpec/invalid: disaggregated mode missing prefill/decode: one message, at spec.scaling,
+    in admission as in the reconciler (one missing component is still named at its own path)."""
+    body = spec("vllm", "dynamo", serving=DISAGG, **({"scaling": scaling} if scaling else {}))
+    verdict = admit({"apiVersion": "airunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "qwen"}, "spec": body})
+    assert [(p.path, p.message) for p in verdict.problems] == [
+        ("spec.scaling", "disaggregated mode requires scaling.prefill and scaling.decode")
+    ]
+    one = spec("vllm", "dynamo", serving=DISAGG, scaling={"decode": {"gpu": {"count": 1}}})
+    verdict = admit({"apiVersion": "airunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "qwen"}, "spec": one})
+    assert [p.path for p in verdict.problems] == ["spec.scaling.prefill"]

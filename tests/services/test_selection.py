@@ -231,7 +231,7 @@ FAILURES: list[tuple[str, dict[str, Any], list[Provider], str, str]] = [
         {"spec.resources": DELETE, "spec.serving": {"mode": "disaggregated"}},
         builtins(),
         "validation",
-        "Validation failed: spec.scaling.prefill: disaggregated mode requires scaling.prefill",
+        "Validation failed: spec.scaling: disaggregated mode requires scaling.prefill and scaling.decode",
     ),
 ]
 
