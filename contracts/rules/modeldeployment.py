@@ -27,6 +27,11 @@ MAX_CPU = Decimal(512)
 MAX_MEMORY = parse_quantity("4Ti")
 ARG_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 RESERVED_VLLM_FLAGS = ("host", "port")
+# AI Runway's transformer words (providers/vllm/transformer.go), said by admission and the renderer alike
+VLLM_NETWORKING = (
+    "conflicts with Direct vLLM generated networking; Direct vLLM currently requires host 0.0.0.0 and port 8000 "
+    "to keep the container, Service, and probes aligned"
+)
 DOWNLOAD_JOB_SUFFIX = "-model-download"
 MAX_JOB_NAME = 63  # a Job's name becomes its pods' job-name label value
 MAX_CLAIM_NAME = 253  # a PVC's name is a DNS subdomain
@@ -41,6 +46,16 @@ def flag_key(token: str) -> str | None:
     if not token.startswith("--") or token.startswith("---") or len(token) == 2:
         return None
     return token[2:].split("=", 1)[0]
+
+
+def reserved_vllm_flag(key: str | None) -> bool:
+    """Whether a flag is one Direct vLLM owns, however it is written (`port`, `--port`, `--port=9000`)."""
+    return key is not None and key.strip().lstrip("-").split("=", 1)[0].strip() in RESERVED_VLLM_FLAGS
+
+
+def reserved_vllm_flag_message(written: str, *, extra: bool) -> str:
+    """The rule a reserved host or port breaks, naming the args key or the extraArgs token as written."""
+    return f'engine {"extraArg" if extra else "arg"} "{written}" {VLLM_NETWORKING}'
 
 
 def resolved_claim_name(deployment: str, volume: StorageVolume) -> str:
@@ -184,17 +199,12 @@ def reserved_vllm_flags(md: ModelDeployment) -> list[Problem]:
     problems: list[Problem] = []
     if engine is None:
         return problems
-    message = (
-        'engine arg "{}" conflicts with Direct vLLM generated networking; Direct vLLM requires host 0.0.0.0 '
-        "and port 8000 (the Service and probes use them)"
-    )
     for key in engine.args or {}:
-        if key in RESERVED_VLLM_FLAGS:
-            problems.append(at(["spec", "engine", "args", key], message.format(key)))
+        if key in RESERVED_VLLM_FLAGS:  # a dashed key is refused as an invalid key already
+            problems.append(at(["spec", "engine", "args", key], reserved_vllm_flag_message(key, extra=False)))
     for i, token in enumerate(engine.extraArgs or []):
-        flag = flag_key(token)
-        if flag in RESERVED_VLLM_FLAGS:
-            problems.append(at(["spec", "engine", "extraArgs", i], message.format(flag)))
+        if reserved_vllm_flag(flag_key(token)):
+            problems.append(at(["spec", "engine", "extraArgs", i], reserved_vllm_flag_message(token, extra=True)))
     return problems
 
 

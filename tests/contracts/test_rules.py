@@ -153,7 +153,7 @@ INVALID: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         MD,
         {"spec.provider": {"name": "vllm"}, "spec.engine.extraArgs": ["--port=9000"]},
         "spec.engine.extraArgs[0]",
-        'engine arg "port" conflicts with Direct vLLM',
+        'engine extraArg "--port=9000" conflicts with Direct vLLM',
     ),
     ("contextLength positive", MD, {"spec.engine.contextLength": 0}, "spec.engine.contextLength", "must be at least 1"),
     ("count is an integer", MD, {"spec.resources.gpu.count": "2"}, "spec.resources.gpu.count", "must be an integer (got a string"),

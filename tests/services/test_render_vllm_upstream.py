@@ -201,6 +201,23 @@ def test_validate_reserved_vllm_server_args_rejects_dash_and_equal_forms(engine_
     assert str(refused.value) == f'engine arg "{next(iter(engine_args))}" {NETWORKING}'
 
 
+@pytest.mark.parametrize(
+    ("changes", "path", "message"),
+    [
+        ({"spec.engine.args": {"port": "9000"}}, "spec.engine.args.port", f'engine arg "port" {NETWORKING}'),
+        ({"spec.engine.extraArgs": ["--host=127.0.0.1"]}, "spec.engine.extraArgs[0]", f'engine extraArg "--host=127.0.0.1" {NETWORKING}'),
+        ({"spec.engine.extraArgs": ["--port", "9000"]}, "spec.engine.extraArgs[0]", f'engine extraArg "--port" {NETWORKING}'),
+    ],
+)
+def test_reserved_host_and_port_are_one_message_in_admission_and_render(changes: dict[str, Any], path: str, message: str) -> None:
+    """Admission (spec.provider.name vllm) and the renderer refuse a reserved host or port in the same words,
+    upstream's transformer's; admission adds the field path."""
+    assert refusals({"spec.provider": {"name": "vllm"}, **changes}) == [f"{path}: {message}"]
+    with pytest.raises(RenderError) as refused:
+        render("vllm", unadmitted(changes))
+    assert str(refused.value) == message
+
+
 def test_build_vllm_args_tensor_parallel_dedup() -> None:
     """upstream: TestBuildVLLMArgsTensorParallelDedup: the user's value wins, once."""
     args = args_of(vllm({"spec.resources": {"gpu": {"count": 2}}, "spec.engine.args": {"tensor-parallel-size": "4"}})[0])

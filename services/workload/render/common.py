@@ -10,7 +10,7 @@ from typing import Any
 from contracts.modeldeployment import DEFAULT_GPU_TYPE, ModelDeployment
 from contracts.objects import DEPLOYMENT, ENGINE_TYPE, MODEL_DEPLOYMENT, MODEL_SOURCE, managed_labels, metadata
 from contracts.pipeline import StoragePlanned
-from contracts.rules.modeldeployment import ARG_KEY, RESERVED_VLLM_FLAGS, flag_key
+from contracts.rules.modeldeployment import ARG_KEY, flag_key, reserved_vllm_flag, reserved_vllm_flag_message
 from contracts.subjects import Key
 
 HF_TOKEN_KEY = "HF_TOKEN"
@@ -149,17 +149,6 @@ def storage_volumes(inputs: Inputs) -> tuple[list[dict[str, Any]], list[dict[str
     return [dict(v) for v in inputs.storage.volumes], [dict(m) for m in inputs.storage.mounts]
 
 
-NETWORKING = (
-    "conflicts with Direct vLLM generated networking; Direct vLLM currently requires host 0.0.0.0 and port 8000 "
-    "to keep the container, Service, and probes aligned"
-)
-
-
-def _reserved(key: str | None) -> bool:
-    """Whether a flag is one Direct vLLM owns, however it is written (`port`, `--port`, `--port=9000`)."""
-    return key is not None and key.strip().lstrip("-").split("=", 1)[0].strip() in RESERVED_VLLM_FLAGS
-
-
 def vllm_args(
     inputs: Inputs,
     *,
@@ -179,11 +168,11 @@ def vllm_args(
     extra = list(engine.extraArgs or []) if engine else []
     if networking:
         for key in args:
-            if _reserved(key):
-                raise RenderError(f'engine arg "{key}" {NETWORKING}')
+            if reserved_vllm_flag(key):
+                raise RenderError(reserved_vllm_flag_message(key, extra=False))
         for token in extra:
-            if _reserved(flag_key(token)):
-                raise RenderError(f'engine extraArg "{token}" {NETWORKING}')
+            if reserved_vllm_flag(flag_key(token)):
+                raise RenderError(reserved_vllm_flag_message(token, extra=True))
     for token in extra:
         if flag_key(token) in args:
             raise RenderError(
