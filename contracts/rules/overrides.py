@@ -8,6 +8,10 @@
   any depth (inside lists too), and a refused key's subtree is not searched further, so one mistake
   is one problem. An object's identity (`apiVersion`, `kind`, `metadata`, `status`) is refused at the
   top, as every provider refuses it.
+- The merge replaces an object with whatever is not one, so a key whose target is an object in
+  every rendered object (`spec`, and at any depth `template`, `metadata`, `selector`, `labels`, ...)
+  must be an object (or null) in overrides: `{"spec": "x"}` would otherwise be admitted and then
+  refused by the API server on every write.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ BLOCKED_KEYS = (
 SIZING_KEYS = ("replicas", "resources")
 IDENTITY_KEYS = ("apiVersion", "kind", "metadata", "status")
 CONTEXT_KEYS = ("podSecurityContext", "securityContext")
+# Keys whose target is an object in every provider's rendered object, wherever they appear (AI Runway's merge
+# would replace the object with the value, and the API server refuses the result).
+OBJECT_KEYS = ("spec", "template", "metadata", "selector", "labels", "annotations", "nodeSelector", "matchLabels", "affinity")
+STRING_MAPS = ("labels", "annotations", "nodeSelector", "matchLabels")  # their keys are data: an annotation may be named "spec"
 POD_FIELDS = (
     "runAsUser",
     "runAsGroup",
@@ -133,8 +141,9 @@ def _check_seccomp(path: list[PathPart], value: Any) -> list[Problem]:
     return problems
 
 
-def _forbidden(value: Any, path: list[PathPart]) -> list[Problem]:
-    """Every blocked or sizing key in a free-form value, objects and lists searched alike."""
+def _forbidden(value: Any, path: list[PathPart], *, shapes: bool = True) -> list[Problem]:
+    """Every blocked or sizing key in a free-form value, objects and lists searched alike, and (`shapes`, off
+    inside string maps) every non-object value of a key whose target is an object."""
     problems: list[Problem] = []
     if isinstance(value, dict):
         for key, inner in value.items():
@@ -149,11 +158,15 @@ def _forbidden(value: Any, path: list[PathPart]) -> list[Problem]:
                         "use spec.resources / spec.scaling instead",
                     )
                 )
+            elif shapes and key in OBJECT_KEYS and inner is not None and not isinstance(inner, dict):
+                problems.append(
+                    at(here, f'must be an object (got {type_name(inner)}): overrides merge into "{key}", an object in the rendered object')
+                )
             else:
-                problems.extend(_forbidden(inner, here))
+                problems.extend(_forbidden(inner, here, shapes=shapes and key not in STRING_MAPS))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            problems.extend(_forbidden(item, [*path, index]))
+            problems.extend(_forbidden(item, [*path, index], shapes=shapes))
     return problems
 
 

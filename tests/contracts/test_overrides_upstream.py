@@ -199,3 +199,30 @@ def test_overrides_are_json_all_the_way() -> None:
     first[0]["spec"]["template"]["metadata"]["annotations"]["a"] = "changed"
     assert second[0]["spec"]["template"]["metadata"]["annotations"]["a"] == "b"
     json.dumps(first)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "got"),
+    [
+        ({"spec": "x"}, "spec", "a string"),
+        ({"spec": ["x"]}, "spec", "a list"),
+        ({"spec": {"template": 3}}, "spec.template", "a number"),
+        ({"spec": {"template": {"metadata": {"labels": "a=b"}}}}, "spec.template.metadata.labels", "a string"),
+        ({"spec": {"workerGroupSpecs": [{"template": True}]}}, "spec.workerGroupSpecs[0].template", "a boolean"),
+        ({"spec": {"template": {"spec": {"nodeSelector": "gpu"}}}}, "spec.template.spec.nodeSelector", "a string"),
+    ],
+)
+def test_a_non_object_where_the_rendered_object_has_an_object_is_refused(overrides: dict[str, Any], path: str, got: str) -> None:
+    """Jetway's own (docs/upstream-differences.md, Overrides): upstream's merge replaces the object and the API server
+    refuses the result on every write; admission refuses it instead, at its path, with the rule."""
+    key = path.rsplit(".", 1)[-1].split("[")[0]
+    assert problems(overrides) == [
+        f'{OVERRIDES}.{path}: must be an object (got {got}): overrides merge into "{key}", an object in the rendered object'
+    ]
+
+
+def test_objects_nulls_and_string_map_entries_named_like_object_keys_are_not_refused() -> None:
+    """null stays a merge value (KAITO deletes the key with it); a label or annotation may be named `spec`."""
+    assert problems({"spec": None}) == []
+    assert problems({"spec": {"template": {"metadata": {"annotations": {"spec": "x", "template": "y"}}}}}) == []
+    assert problems({"spec": {"selector": {"matchLabels": {"selector": "z"}}}}) == []
