@@ -43,6 +43,12 @@ def _render(args: argparse.Namespace) -> int:
     return commands.render_recorded(args)
 
 
+def _nats_users(args: argparse.Namespace) -> int:
+    from cli import natsusers
+
+    return natsusers.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetway",
@@ -63,9 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=_validate)
 
-    p = sub.add_parser("generate", help="regenerate contracts/schemas and deploy/crds from the models")
+    p = sub.add_parser("generate", help="regenerate contracts/schemas, deploy/crds and deploy/base/nats-auth.conf from the contracts")
     p.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
     p.set_defaults(handler=_generate)
+
+    p = sub.add_parser("nats-users", help="print the Secret of each service's NATS password, for a cluster: | kubectl create -f -")
+    p.add_argument("action", choices=["secret"])
+    p.add_argument("--keep", metavar="FILE", help="keep the passwords in FILE (made on first use), for a dev stack")
+    p.add_argument("-n", "--namespace", default="jetway-system")
+    p.set_defaults(handler=_nats_users)
 
     p = sub.add_parser("render", help="the Kubernetes objects Jetway would create: offline from -f, or recorded for md/NAME")
     p.add_argument("ref", nargs="?", metavar="md/NAME", help="a deployment of the running Jetway (its recorded objects)")

@@ -7,9 +7,11 @@ with the same settings is a no-op, and changed settings (replicas, limits) are u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats
@@ -20,6 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
+from contracts.natsauth import PASSWORD_ENV, USER_ENV, inbox_prefix
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX
 
 log = logging.getLogger("jetway.bus")
@@ -107,51 +110,110 @@ class BoundedClient(Client):
         return await super().subscribe(subject, *args, **kwargs)
 
 
-async def connect(url: str, *, name: str, connect_timeout: float = 10.0, on_closed: Callable[[], None] | None = None) -> Client:
+@dataclass(frozen=True)
+class Credentials:
+    """A service's own NATS user (deploy/ gives each one; contracts/natsauth.py states its rights)."""
+
+    user: str
+    password: str = field(repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Credentials | None:
+        """JETWAY_NATS_USER and JETWAY_NATS_PASSWORD, or None when neither is set (an open server)."""
+        user, password = environ.get(USER_ENV, ""), environ.get(PASSWORD_ENV, "")
+        if not user and not password:
+            return None
+        if not user or not password:
+            raise ValueError(f"{USER_ENV} and {PASSWORD_ENV} go together: set both or neither")
+        return cls(user, password)
+
+
+def _refused(exc: Exception) -> bool:
+    return isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower()
+
+
+async def connect(
+    url: str,
+    *,
+    name: str,
+    connect_timeout: float = 10.0,
+    on_closed: Callable[[], None] | None = None,
+    credentials: Credentials | None = None,
+) -> Client:
     """A connection that reconnects forever; the first connect retries for `connect_timeout`.
 
     NATS still closes it for good on some protocol errors; `on_closed` hears of it (and of our
     own close), so the process can stop or report itself unhealthy rather than run on without a bus.
+    With `credentials` it connects as that user, its replies under the user's own inbox prefix; a
+    first connect whose credentials NATS refuses fails at once (ConnectionError, never the password).
     """
+    as_user = f" as {credentials.user!r}" if credentials else ""
+    refused = asyncio.Event()
 
     async def disconnected() -> None:
         log.info("disconnected from NATS", extra={"client": name})
 
     async def reconnected() -> None:
+        refused.clear()
         log.info("reconnected to NATS", extra={"client": name})
 
     async def error(exc: Exception) -> None:
-        log.debug("NATS client error: %s", exc, extra={"client": name})
+        if _refused(exc):
+            if not refused.is_set():  # once until connected again: a reconnect loop would repeat it every 0.25 s
+                log.warning("NATS refused the connection's credentials%s", as_user, extra={"client": name})
+            refused.set()
+        elif "permissions violation" in str(exc).lower():  # a right missing from contracts/natsauth.py, or a bug
+            log.warning("NATS refused: %s", exc, extra={"client": name})
+        else:
+            log.debug("NATS client error: %s", exc, extra={"client": name})
 
     async def closed() -> None:
         log.info("NATS connection closed", extra={"client": name, "error": str(client.last_error or "")})
         if on_closed is not None:
             on_closed()
 
+    options: dict[str, Any] = {}
+    if credentials is not None:
+        options = {"user": credentials.user, "password": credentials.password, "inbox_prefix": inbox_prefix(credentials.user)}
     # nats-py retries the first connection for as long as reconnects are allowed (forever
     # here), so the first connection gets its own deadline.
     client = BoundedClient()
-    try:
-        await asyncio.wait_for(
-            client.connect(
-                url,
-                name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25,  # type: ignore[arg-type]  # seconds, a float (nats-py's hint says int)
-                allow_reconnect=True,
-                connect_timeout=2,
-                ping_interval=5,
-                max_outstanding_pings=3,
-                disconnected_cb=disconnected,
-                reconnected_cb=reconnected,
-                error_cb=error,
-                closed_cb=closed,
-            ),
-            connect_timeout,
+    connecting = asyncio.ensure_future(
+        client.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,  # type: ignore[arg-type]  # seconds, a float (nats-py's hint says int)
+            allow_reconnect=True,
+            connect_timeout=2,
+            ping_interval=5,
+            max_outstanding_pings=3,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=error,
+            closed_cb=closed,
+            **options,
         )
-        return client
-    except (TimeoutError, OSError, nats.errors.NoServersError) as exc:
-        raise ConnectionError(f"cannot reach NATS at {redacted(url)}: {type(exc).__name__} after {connect_timeout:.0f}s") from exc
+    )
+    refusal = asyncio.ensure_future(refused.wait())
+    try:
+        await asyncio.wait([connecting, refusal], timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        refusal.cancel()
+    if connecting.done():
+        try:
+            connecting.result()
+            return client
+        except (TimeoutError, OSError, nats.errors.NoServersError) as exc:
+            raise ConnectionError(f"cannot reach NATS at {redacted(url)}{as_user}: {type(exc).__name__}") from exc
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    with contextlib.suppress(Exception):
+        await client.close()
+    if refused.is_set():
+        raise ConnectionError(f"NATS at {redacted(url)} refused the credentials{as_user or ' (none given)'}: authorization violation")
+    raise ConnectionError(f"cannot reach NATS at {redacted(url)}{as_user}: TimeoutError after {connect_timeout:.0f}s")
 
 
 def redacted(url: str) -> str:

@@ -2,6 +2,8 @@
 
 Reads the environment the manifests in `deploy/` set:
 - `JETWAY_NATS_URL` (default nats://127.0.0.1:4222), `JETWAY_LOG_LEVEL`;
+- `JETWAY_NATS_USER` and `JETWAY_NATS_PASSWORD`: the service's own NATS user (deploy/ sets them from
+  the Secret `jetway-nats-users`; contracts/natsauth.py states what each user may do);
 - `JETWAY_MODE`: `standalone` (default) or `cluster`, where the process talks to Kubernetes
   (in-cluster service account, else `$KUBECONFIG`);
 - `JETWAY_HEALTH_PORT` (default 8090): `/healthz` (the process and its NATS connection are
@@ -25,7 +27,7 @@ from aiohttp import web
 from nats.aio.client import Client
 
 from runtime import logs, telemetry
-from runtime.bus import connect
+from runtime.bus import Credentials, connect
 from runtime.kube import Kube
 from runtime.process import settle_heap
 from runtime.service import Runner, run_until_stopped
@@ -103,7 +105,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
     token, so connecting would fail."""
     logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
     telemetry.setup(name)
-    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name)
+    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name, credentials=Credentials.from_env())
     kube = None
     if cluster_mode() and uses_kube:
         kube = await Kube.connect()

@@ -57,6 +57,10 @@ class NatsServer:
     max_payload: int = 8 * 1024 * 1024
     user: str | None = None  # with `password`: clients must authenticate (the URL to show stays without them)
     password: str | None = field(default=None, repr=False)
+    # Or a whole `authorization` block (contracts/natsauth.py's per-service users), whose `$VARIABLE`
+    # passwords the server reads from `environ`, added to ours.
+    authorization: str | None = None
+    environ: dict[str, str] = field(default_factory=dict, repr=False)
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -84,15 +88,20 @@ class NatsServer:
         config.write_text(
             f'listen: "{listen}"\n'
             f'ports_file_dir: "{ports_dir}"\n'
-            f"max_payload: {self.max_payload}\n"
-            + (f'authorization {{ user: "{self.user}", password: "{self.password}" }}\n' if self.user and self.password else "")
-            + "jetstream {\n"
+            f"max_payload: {self.max_payload}\n" + self._authorization() + "jetstream {\n"
             f'  store_dir: "{self.store_dir / "store"}"\n'
             f"  sync_interval: {self.sync_interval}\n"
             "}\n"
         )
         config.chmod(0o600)  # it may hold the client password
         return config
+
+    def _authorization(self) -> str:
+        if self.authorization is not None:
+            return self.authorization
+        if self.user and self.password:
+            return f'authorization {{ user: "{self.user}", password: "{self.password}" }}\n'
+        return ""
 
     def start(self, timeout: float = 10.0) -> NatsServer:
         if self.running:
@@ -110,6 +119,7 @@ class NatsServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.environ} if self.environ else None,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         finally:

@@ -20,6 +20,8 @@ from contracts.agents import AgentDeployment, AgentProviderConfig
 from contracts.gatewayapi import GatewayView
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
+from contracts.natsauth import SECRET_NAME, render_authorization
+from contracts.natsauth import SERVICES as NATS_USERS
 from contracts.providerconfig import InferenceProviderConfigSpec
 from contracts.subjects import Key
 from services.binding import render as agent_render
@@ -87,6 +89,25 @@ def test_nats_keeps_its_events_on_a_volume_and_syncs_every_write(objects: list[d
     assert "sync_interval: always" in config and "store_dir: /data/jetstream" in config
     mounts = {m["mountPath"] for m in nats["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
     assert "/data" in mounts
+
+
+def test_every_service_talks_to_nats_as_its_own_user(objects: list[dict[str, Any]]) -> None:
+    """The server knows each service's user (auth.conf, from contracts/natsauth.py) with the password
+    from the Secret, and each service connects as that user, never with another's password."""
+    nats = of_kind(objects, "StatefulSet")["jetway-nats"]
+    auth = of_kind(objects, "ConfigMap")["jetway-nats-auth"]["data"]["auth.conf"]
+    assert auth == render_authorization()
+    assert "include ./auth.conf" in of_kind(objects, "ConfigMap")["jetway-nats"]["data"]["nats.conf"]
+    projected = next(v for v in nats["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")["projected"]["sources"]
+    assert [source["configMap"]["name"] for source in projected] == ["jetway-nats", "jetway-nats-auth"]  # side by side
+    server_env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in nats["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert server_env == {s.password_env: {"name": SECRET_NAME, "key": s.user} for s in NATS_USERS}
+
+    deployments = of_kind(objects, "Deployment")
+    for service in NATS_USERS:
+        env = {e["name"]: e for e in deployments[f"jetway-{service.user}"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["JETWAY_NATS_USER"]["value"] == service.user
+        assert env["JETWAY_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": SECRET_NAME, "key": service.user}
 
 
 def _rules(objects: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
@@ -282,6 +303,14 @@ class Tilt:
             assert built.returncode == 0, built.stderr
             return built.stdout
 
+        def local(command: str, dir: str = "", quiet: bool = False, echo_off: bool = False, **_: Any) -> str:
+            # the one command the Tiltfile runs: the NATS passwords' Secret, never echoed to Tilt's log
+            assert command.startswith("jetway nats-users secret") and quiet and echo_off, command
+            self.path(dir or ".")
+            return subprocess.run(
+                [sys.executable, "-m", "cli.main", "nats-users", "secret"], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT
+            ).stdout
+
         def k8s_yaml(text: str) -> None:
             self.objects += [d for d in yaml.safe_load_all(text) if d]
 
@@ -314,6 +343,7 @@ class Tilt:
             "fall_back_on": fall_back_on,
             "kustomize": kustomize,
             "k8s_yaml": k8s_yaml,
+            "local": local,
             "k8s_resource": k8s_resource,
         }
 

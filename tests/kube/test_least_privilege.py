@@ -1,5 +1,6 @@
 """Least privilege, proven on a real API server: each service runs as its own process in cluster mode
 with a token of its own ServiceAccount from `deploy/` (a TokenRequest), never the admin credential,
+and as its own NATS user (deploy/base/nats-auth.conf),
 while a ModelDeployment, an AgentDeployment and the Gateway integration go through their lifecycle.
 
 A verb missing from `deploy/base/rbac.yaml` shows up here as a 403 in a service's log or as a
@@ -12,26 +13,41 @@ import asyncio
 import contextlib
 import signal
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from contracts.natsauth import PASSWORD_ENV, USER_ENV, new_password
+from contracts.natsauth import SERVICES as NATS_USERS
 from runtime.kube import Kube, KubeError
+from runtime.natsserver import NatsServer
 from tests.cluster.thirdparty import gateway_api_crds
 from tests.kube.test_deploy_applied import KUBECTL
 from tests.kube.test_processes import SERVICES, free_port, processes
 from tests.support.cli import ROOT
 from tests.support.cluster import Cluster, RealServer, cluster_for_tests
 from tests.support.kubecases import MDV, condition, deployment_manifest, get_md, get_obj, listener, make_gateway, move_deployment, phase_is
-from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
 SYSTEM = "jetway-system"
 RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}
 TIMEOUT = 60
+
+
+@pytest.fixture
+def secured_nats(tmp_path: Path) -> Iterator[tuple[NatsServer, dict[str, str]]]:
+    """NATS as deploy/ runs it: the users of deploy/base/nats-auth.conf, each with a fresh password."""
+    passwords = {s.user: new_password() for s in NATS_USERS}
+    environ = {s.password_env: passwords[s.user] for s in NATS_USERS}
+    auth = (ROOT / "deploy" / "base" / "nats-auth.conf").read_text()
+    server = NatsServer(store_dir=tmp_path / "nats", authorization=auth, environ=environ).start()
+    try:
+        yield server, passwords
+    finally:
+        server.stop()
 
 
 def rbac_of_deploy() -> list[dict[str, Any]]:
@@ -87,20 +103,23 @@ async def _absent(kube: Kube, api_version: str, kind: str, name: str, namespace:
 
 
 async def test_each_service_with_its_own_service_account_takes_everything_through_its_lifecycle(
-    installed: Cluster, nats: NatsEndpoint, tmp_path: Path
+    installed: Cluster, secured_nats: tuple[NatsServer, dict[str, str]], tmp_path: Path
 ) -> None:
+    """...and its own NATS user, with the rights deploy/base/nats-auth.conf gives it: a right missing
+    there shows up as a "permissions violation" in a service's log or a lifecycle that never completes."""
     cluster = installed
     assert cluster.server is not None
+    nats, passwords = secured_nats
     ports = {name: free_port() for name in SERVICES}
-    per_service: dict[str, dict[str, str]] = {}
+    per_service: dict[str, dict[str, str]] = {name: {USER_ENV: name, PASSWORD_ENV: passwords[name]} for name in SERVICES}
     tokens: list[str] = []
     for name in SERVICES:
         if name == "selector":  # its pod mounts no token: it must run without any
-            per_service[name] = {"KUBECONFIG": str(tmp_path / "no-such-kubeconfig")}
+            per_service[name]["KUBECONFIG"] = str(tmp_path / "no-such-kubeconfig")
             continue
         token = await token_for(cluster.kube, f"jetway-{name}")
         tokens.append(token)
-        per_service[name] = {"KUBECONFIG": str(kubeconfig_with(cluster.server, token, tmp_path / f"{name}.kubeconfig"))}
+        per_service[name]["KUBECONFIG"] = str(kubeconfig_with(cluster.server, token, tmp_path / f"{name}.kubeconfig"))
     env = {
         "JETWAY_MODE": "cluster",
         "JETWAY_NATS_URL": nats.url,
@@ -201,6 +220,8 @@ async def test_each_service_with_its_own_service_account_takes_everything_throug
         assert "Forbidden" not in text and " 403" not in text, f"{name} was refused a verb deploy/ should grant: {text[-3000:]}"
         assert "Traceback" not in text, text[-3000:]
         assert not any(token in text for token in tokens), f"a ServiceAccount token reached {name}'s log"
+        assert "permissions violation" not in text.lower(), f"{name} was refused a NATS right nats-auth.conf should give: {text[-3000:]}"
+        assert not any(password in text for password in passwords.values()), f"a NATS password reached {name}'s log"
 
 
 async def test_a_service_cannot_do_what_its_role_does_not_allow(installed: Cluster, tmp_path: Path) -> None:

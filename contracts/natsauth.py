@@ -1,0 +1,217 @@
+"""Who may say what on the bus: one NATS user per service process, with publish and subscribe
+rights on only its own facets and what its runners need of JetStream (docs/cluster.md, "NATS users").
+
+Each facet has exactly one writer (contracts/subjects.py); here that is enforced by the server
+instead of by convention: the selector's user cannot publish on `...workload`, so a bug or a
+compromised pod in one service cannot forge another's decisions. Everything here is pure (no I/O):
+`permissions()` states the rights, `render_authorization()` the NATS server's `authorization`
+block from them (`jetway generate` writes it to deploy/base/nats-auth.conf), and
+`secret_manifest()` the Kubernetes Secret of given passwords (`jetway nats-users secret` prints one
+with fresh passwords: cli/natsusers.py).
+
+Passwords are not in the server's config: it names them `$JETWAY_NATS_PASSWORD_<USER>`, which the
+server reads from its environment (the StatefulSet fills it from the Secret). NATS parses such a
+value as a config token, so a password must start with a letter and hold only letters and digits
+(`0123` would be read as a number, `true` as a boolean); `new_password()` makes such ones.
+
+Reading is not narrowed: every runner reads the whole event log through one consumer on
+`jetway.evt.>` and filters in the process (docs/event-store.md: several filter subjects make a
+consumer ~50x slower), and JetStream's direct get and ordered consumers take their subject in the
+request body, where a subject permission cannot see it. What is narrowed is writing (facets,
+dead letters, signals), each service's own durable consumer (only it may create, pull from or
+acknowledge `jetway-<runner>`) and its replies (its inbox prefix is `_INBOX.<user>`, so no other
+service can read the answers it gets, such as a compute agent's inference responses).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from dataclasses import dataclass
+
+from contracts.subjects import DLQ_PREFIX, PREFIX, SIGNAL_PREFIX
+
+EVENTS_STREAM = "JETWAY_EVENTS"  # runtime.bus's names (contracts cannot import runtime; a test keeps them equal)
+DLQ_STREAM = "JETWAY_DLQ"
+SECRET_NAME = "jetway-nats-users"  # one key per user: its password
+NAMESPACE = "jetway-system"
+USER_ENV = "JETWAY_NATS_USER"  # what a service process reads (runtime/bus.py, Credentials.from_env)
+PASSWORD_ENV = "JETWAY_NATS_PASSWORD"
+PROBE_SIGNALS = f"{SIGNAL_PREFIX}.probed"  # contracts.gateway.PROBE_SIGNALS
+COMPUTE_SIGNALS = f"{SIGNAL_PREFIX}.compute.*.*"  # services.gateway.signal.subject(agent, operation)
+
+# Kinds as the subjects spell them come from Key.kind_token (the kind, lower-cased).
+JETWAY_KINDS = ("ModelDeployment", "InferenceProviderConfig", "AgentDeployment", "AgentProviderConfig", "InferencePoolMember")
+PROVIDER_CONFIGS = ("InferenceProviderConfig", "AgentProviderConfig")
+OWNERS = ("ModelDeployment", "AgentDeployment")  # services.watcher.ingest.OWNER_KINDS
+
+
+@dataclass(frozen=True)
+class Writes:
+    """A facet a service appends to, on the kinds it appends it for."""
+
+    facet: str
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ServiceUser:
+    """One service process's NATS identity.
+
+    `runners` are the Runner names in that process (runtime/service.py): each has its durable
+    consumer `jetway-<runner>` and its dead-letter subject `jetway.dlq.<runner>`."""
+
+    user: str
+    runners: tuple[str, ...]
+    writes: tuple[Writes, ...]
+    publishes: tuple[str, ...] = ()  # core NATS subjects beyond the events (signals)
+    subscribes: tuple[str, ...] = ()
+
+    @property
+    def password_env(self) -> str:
+        """The variable the NATS server reads this user's password from."""
+        return f"{PASSWORD_ENV}_{self.user.upper().replace('-', '_')}"
+
+
+# What each service's code emits, read from it (services/*/handlers.py, services/watcher/cluster.py,
+# services/gateway/gatewayapi.py), as the cluster runs it. Standalone (`jetway up`) the workload also
+# writes the built-in InferenceProviderConfigs' `spec` (self-registration); in a cluster it applies them
+# to the API server and the watcher records them, so the cluster's workload user has no `spec` right.
+SERVICES: tuple[ServiceUser, ...] = (
+    ServiceUser(
+        "watcher",
+        ("watcher",),
+        (
+            Writes("spec", JETWAY_KINDS),  # ingest and the standalone apply API
+            Writes("watcher", (*JETWAY_KINDS, "Cluster")),  # refusals; discovery (Cluster/discovery)
+            Writes("reported", PROVIDER_CONFIGS),  # a provider's own status
+            Writes("observed", (*OWNERS, "Gateway")),  # owned objects on their owner; Gateways on themselves
+        ),
+        subscribes=(PROBE_SIGNALS,),
+    ),
+    ServiceUser("selector", ("selector",), (Writes("selector", ("ModelDeployment", "InferenceProviderConfig")),)),
+    ServiceUser("storage", ("storage",), (Writes("storage", ("ModelDeployment",)),)),
+    ServiceUser("workload", ("workload",), (Writes("workload", ("ModelDeployment", "InferenceProviderConfig")),)),
+    ServiceUser(
+        "gateway",
+        ("gateway", "gateway-api"),  # the router's prober and, in a cluster, the Gateway API control plane
+        (Writes("gateway", ("InferencePoolMember",)), Writes("gateway-api", ("ModelDeployment",))),
+        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS),  # probe times for the watcher; requests to compute agents
+    ),
+    ServiceUser("binding", ("binding",), (Writes("binding", ("AgentDeployment", "AgentProviderConfig")),)),
+)
+
+
+def service_user(user: str) -> ServiceUser:
+    for found in SERVICES:
+        if found.user == user:
+            return found
+    raise KeyError(user)
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply-subject prefix a user's client takes (nats-py's `inbox_prefix`): replies to one
+    service reach only that service."""
+    return f"_INBOX.{user}"
+
+
+def facet_subjects(service: ServiceUser) -> list[str]:
+    return [f"{PREFIX}.{kind.lower()}.*.*.{w.facet}" for w in service.writes for kind in w.kinds]
+
+
+def jetstream_subjects(service: ServiceUser) -> list[str]:
+    """The JetStream API a service's runners call (runtime/bus.py, runtime/service.py, runtime/eventstore.py)."""
+    found = []
+    for stream in (EVENTS_STREAM, DLQ_STREAM):
+        # Broad, and the one residual: every service makes the streams at start-up (ensure_streams), so
+        # each may create and update them; a compromised service could change their retention. Creating
+        # them in one place (an install Job) would let the services keep INFO only.
+        found += [f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")]
+    found += [
+        # Ordered consumers (scan, follow) are ephemeral and server-named: created on the stream's bare
+        # subject, which the server refuses for a durable, and their info asked by a name not known in
+        # advance, hence `*` (info is read-only).
+        f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}",
+        f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.*",
+        # The last event of a subject (an append's conflict check): the subject is the request's, any.
+        f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>",
+        # Flow-control answers of those ordered consumers (`$JS.FC.<stream>.<consumer>.<token>`).
+        f"$JS.FC.{EVENTS_STREAM}.>",
+    ]
+    for runner in service.runners:
+        durable = f"jetway-{runner}"
+        found += [
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.{durable}",  # nats-py's form for a durable
+            f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.{durable}",  # the newer named forms, the same right
+            f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.{durable}.>",
+            f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{durable}",
+            f"$JS.ACK.{EVENTS_STREAM}.{durable}.>",  # ack, nak, term of what it was delivered
+        ]
+    return found
+
+
+def permissions(service: ServiceUser) -> dict[str, list[str]]:
+    """{"publish": [...], "subscribe": [...]}: every subject the service may use; nothing else is allowed."""
+    publish = [
+        *facet_subjects(service),
+        *(f"{DLQ_PREFIX}.{runner}" for runner in service.runners),
+        *service.publishes,
+        *jetstream_subjects(service),
+    ]
+    subscribe = [f"{inbox_prefix(service.user)}.>", *service.subscribes]
+    return {"publish": list(dict.fromkeys(publish)), "subscribe": list(dict.fromkeys(subscribe))}
+
+
+def _quoted(subject: str) -> str:
+    return json.dumps(subject)  # a quoted string: `$` in it is literal, not a variable
+
+
+def render_authorization(services: tuple[ServiceUser, ...] = SERVICES) -> str:
+    """The NATS server's `authorization` block: one user per service, its password from the environment."""
+    lines = [
+        "# Generated by `jetway generate` from contracts/natsauth.py; do not edit by hand.",
+        "# Each service's own NATS user; passwords come from the environment (the Secret jetway-nats-users).",
+        "authorization {",
+        "  users = [",
+    ]
+    for service in services:
+        rights = permissions(service)
+        lines += ["    {", f"      user: {_quoted(service.user)}", f"      password: ${service.password_env}", "      permissions: {"]
+        for direction in ("publish", "subscribe"):
+            lines += [f"        {direction}: {{", "          allow: ["]
+            lines += [f"            {_quoted(subject)}" for subject in rights[direction]]
+            lines += ["          ]", "        }"]
+        lines += ["      }", "    }"]
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def valid_password(password: str) -> bool:
+    """Whether NATS reads `password` back unchanged from a `$VARIABLE`: a letter, then letters and digits."""
+    return len(password) >= 32 and password[0].isascii() and password[0].isalpha() and all(c in _ALPHABET for c in password)
+
+
+def secret_manifest(passwords: dict[str, str], *, name: str = SECRET_NAME, namespace: str = NAMESPACE) -> dict[str, object]:
+    """The Secret holding every user's password (`stringData`: kubectl encodes it)."""
+    missing = [s.user for s in SERVICES if s.user not in passwords]
+    if missing:
+        raise ValueError(f"no password for {', '.join(missing)}")
+    bad = [user for user, password in passwords.items() if not valid_password(password)]
+    if bad:
+        raise ValueError(f"passwords of {', '.join(bad)} must be 32+ letters and digits, starting with a letter")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "jetway"}},
+        "stringData": {s.user: passwords[s.user] for s in SERVICES},
+    }
+
+
+def new_password() -> str:
+    """A fresh password of about 290 random bits: a letter, then 48 letters and digits."""
+    return secrets.choice(string.ascii_letters) + "".join(secrets.choice(_ALPHABET) for _ in range(48))

@@ -1,0 +1,128 @@
+"""Each service's own NATS user, enforced by a real server running contracts/natsauth.py's
+`authorization` block: a service writes its own facets and nothing else, takes only its own durable
+consumer, and a wrong or missing password is refused at once without being echoed.
+
+That the rights are enough for the whole pipeline is shown on a real API server by
+tests/kube/test_least_privilege.py, which runs every service as its own user."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig
+from nats.js.errors import NotFoundError
+
+from contracts.events import StatusReported
+from contracts.natsauth import PASSWORD_ENV, SERVICES, USER_ENV, new_password, permissions, render_authorization, service_user
+from contracts.subjects import Key
+from runtime.bus import EVENTS_STREAM, Credentials, connect, ensure_streams
+from runtime.eventstore import EventStore, StoreUnavailable
+from runtime.natsserver import NatsServer
+
+QWEN = Key("ModelDeployment", "team-a", "qwen")
+
+
+@pytest.fixture
+def passwords() -> dict[str, str]:
+    return {s.user: new_password() for s in SERVICES}
+
+
+@pytest.fixture
+def secured(tmp_path: Path, passwords: dict[str, str]) -> Iterator[NatsServer]:
+    """NATS as deploy/ runs it: every service a user of its own, passwords from the server's environment."""
+    environ = {service_user(user).password_env: password for user, password in passwords.items()}
+    server = NatsServer(store_dir=tmp_path / "nats", authorization=render_authorization(), environ=environ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+OpenAs = Callable[[str], Awaitable[Client]]
+
+
+@pytest.fixture
+async def open_as(secured: NatsServer, passwords: dict[str, str]) -> AsyncIterator[OpenAs]:
+    """Connect as one service's user; every connection is closed after the test."""
+    opened: list[Client] = []
+
+    async def open_(user: str) -> Client:
+        nc = await connect(secured.url, name=user, credentials=Credentials(user, passwords[user]), connect_timeout=5)
+        opened.append(nc)
+        return nc
+
+    yield open_
+    for nc in opened:
+        await nc.close()
+
+
+async def test_a_service_writes_its_own_facet_and_is_refused_another_services(open_as: OpenAs, caplog: pytest.LogCaptureFixture) -> None:
+    selector = await open_as("selector")
+    await ensure_streams(selector.jetstream())  # every service may make the streams at start-up
+    store = EventStore(selector, producer="selector", append_timeout=1.0, request_timeout=1.0)
+
+    mine = await store.append(QWEN.subject("selector"), StatusReported(generation=1), expected_seq=0)
+    assert mine.seq > 0
+
+    caplog.set_level(logging.WARNING, logger="jetway.bus")
+    forged = QWEN.subject("workload")  # the workload service's decisions: one writer, and it is not the selector
+    with pytest.raises(StoreUnavailable):
+        await store.append(forged, StatusReported(generation=1), expected_seq=0)
+    assert any("permissions violation" in r.getMessage().lower() and forged in r.getMessage() for r in caplog.records)
+    assert await store.last_seq(forged) == 0  # nothing was stored
+    assert await store.last_seq(QWEN.subject("selector")) == mine.seq
+
+    # nor may it state what a user applied (the watcher's spec facet)
+    with pytest.raises(StoreUnavailable):
+        await store.append(QWEN.subject(), StatusReported(generation=1))
+    assert await store.last_seq(QWEN.subject()) == 0
+
+
+async def test_a_service_cannot_take_another_services_consumer(open_as: OpenAs) -> None:
+    workload = await open_as("workload")
+    await ensure_streams(workload.jetstream())
+    selector = await open_as("selector")
+    js = selector.jetstream(timeout=1.0)
+    # its own durable, yes
+    await js.add_consumer(EVENTS_STREAM, ConsumerConfig(durable_name="jetway-selector", ack_policy="explicit"))
+    # the workload's: it would take the workload's events and acknowledge them unprocessed
+    with pytest.raises(Exception) as refused:  # no answer comes to a refused request: a timeout
+        await js.add_consumer(EVENTS_STREAM, ConsumerConfig(durable_name="jetway-workload", ack_policy="explicit"))
+    assert type(refused.value).__name__ in {"TimeoutError", "NoRespondersError"}
+    with pytest.raises(NotFoundError):  # and none was made
+        await workload.jetstream().consumer_info(EVENTS_STREAM, "jetway-workload")
+
+
+async def test_a_wrong_password_is_refused_at_once_and_never_echoed(secured: NatsServer, passwords: dict[str, str]) -> None:
+    wrong = new_password()
+    with pytest.raises(ConnectionError) as refused:
+        await connect(secured.url, name="selector", credentials=Credentials("selector", wrong), connect_timeout=8)
+    assert "refused the credentials as 'selector'" in str(refused.value)
+    assert wrong not in str(refused.value) and passwords["selector"] not in str(refused.value)
+
+    with pytest.raises(ConnectionError, match="refused the credentials"):  # an open client is not let in either
+        await connect(secured.url, name="anyone", connect_timeout=8)
+
+
+def test_credentials_come_from_the_environment_both_or_neither() -> None:
+    assert Credentials.from_env({}) is None
+    found = Credentials.from_env({USER_ENV: "selector", PASSWORD_ENV: "s3cret"})
+    assert found == Credentials("selector", "s3cret")
+    assert "s3cret" not in repr(found)
+    with pytest.raises(ValueError, match="go together"):
+        Credentials.from_env({USER_ENV: "selector"})
+
+
+def test_every_service_may_write_only_its_own_facets() -> None:
+    """Exactly one writer per facet subject (contracts/subjects.py's rule, here as the server will enforce it)."""
+    writers: dict[str, list[str]] = {}
+    for service in SERVICES:
+        for subject in permissions(service)["publish"]:
+            if subject.startswith("jetway.evt."):
+                writers.setdefault(subject, []).append(service.user)
+    assert {s: w for s, w in writers.items() if len(w) > 1} == {}
+    assert "jetway.evt.modeldeployment.*.*.workload" not in permissions(service_user("selector"))["publish"]
