@@ -35,7 +35,7 @@ from services.gateway import main as gateway_main
 from services.gateway import router
 from services.watcher import api
 from services.watcher import main as watcher_main
-from services.workload import registry
+from services.workload import registry, render
 
 log = logging.getLogger("jetway.up")
 DEFAULT_API_PORT = 8181
@@ -189,7 +189,14 @@ async def up(options: Options) -> int:
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
     gateway = gateway_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
-    runners: list[Runner] = [watcher.runner, gateway.runner, *pipeline.build(nc, resolver=resolver), Runner(BindingService(), nc)]
+    # the renderers' settings from this environment (KAITO's AIRUNWAY_KAITO_*), as `python -m services.workload` reads them
+    provider_settings = render.settings(os.environ)
+    runners: list[Runner] = [
+        watcher.runner,
+        gateway.runner,
+        *pipeline.build(nc, resolver=resolver, provider_settings=provider_settings),
+        Runner(BindingService(), nc),
+    ]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
     api_runner = router_server = None
     supervisor: asyncio.Future[str] | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from nats.aio.client import Client
 
@@ -22,17 +22,28 @@ def build(
     gateway_available: Callable[[], bool] | None = None,
     resync_interval: float | None = None,
     resolver: ImageResolver | None = None,
+    provider_settings: Mapping[str, str] | None = None,
 ) -> list[Runner]:
     """The ModelDeployment pipeline: selector → storage → workload, a runner each.
 
     `gateway_available` overrides discovery (standalone mode has none: no gateway);
     `resync_interval` makes the writers level-triggered in a cluster; `resolver` resolves Direct vLLM
-    image tags to digests (None: image resolution off).
+    image tags to digests (None: image resolution off); `provider_settings` are the renderers' settings
+    read from the process's environment (`render.settings`: KAITO's AIRUNWAY_KAITO_*), as the
+    one-service workload process reads them.
     """
     return [
         Runner(SelectorService(), nc, settings),
         Runner(StorageService(writer, resync_interval=resync_interval), nc, settings),
         Runner(
-            WorkloadService(writer, gateway_available=gateway_available, resync_interval=resync_interval, resolver=resolver), nc, settings
+            WorkloadService(
+                writer,
+                gateway_available=gateway_available,
+                resync_interval=resync_interval,
+                settings=provider_settings,
+                resolver=resolver,
+            ),
+            nc,
+            settings,
         ),
     ]
