@@ -36,10 +36,13 @@ class ObjectObserved(Event, frozen=True, tag="ObjectObserved.v1"):
     object_name: str = ""
     exists: bool = True
     summary: dict[str, Any] = {}  # the status fields that matter, trimmed (see `summarize`)
+    # a pre-existing claim the deployment's volumes name, not one written for it: reported whoever owns it,
+    # and reported missing too (`exists=False`), since the storage decision waits or fails on it
+    referenced: bool = False
 
     def describe(self) -> str:
         if not self.exists:
-            return f"{self.object_kind}/{self.object_name}: gone"
+            return f"{self.object_kind}/{self.object_name}: {'missing' if self.referenced else 'gone'}"
         state = ", ".join(f"{k}={v}" for k, v in sorted(self.summary.items()) if not isinstance(v, dict | list))
         return f"{self.object_kind}/{self.object_name}: {state}"
 

@@ -14,6 +14,11 @@ from runtime.kube import Kube, KubeError, NotFound
 class ResourceConflict(Exception):
     """An object of that name exists and is not controlled by the resource that wants it."""
 
+    def __init__(self, message: str, *, kind: str = "", name: str = "", namespace: str = "", held: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.name, self.namespace = kind, name, namespace  # the object in the way
+        self.held = held  # who controls it instead ("not owned by anything", "owned by Kind/name (uid ...)")
+
 
 class NotServed(Exception):
     """The cluster does not serve a kind Jetway needs to write (its operator is not installed)."""
@@ -43,22 +48,36 @@ class KubeWriter:
             raise NotServed(f"the cluster does not serve {obj['kind']} ({obj['apiVersion']}): is its operator installed?") from None
 
     async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+        # every object is checked before any is written: a conflict or a kind not served writes none of them
         for obj in objects:
             await self._resource_known(obj)
+            await self._not_taken(owner, obj)
+        for obj in objects:
             meta = obj["metadata"]
-            existing = await self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-            wanted = _controller(obj)
-            if existing is not None and wanted is not None:
-                current = _controller(existing)
-                if current is None or current.get("uid") != wanted.get("uid"):
-                    held = f"owned by {current['kind']}/{current['name']} (uid {current['uid']})" if current else "not owned by anything"
-                    raise ResourceConflict(
-                        f"resource {meta.get('namespace', '')}/{meta['name']} exists but is not managed by this {owner.kind} ({held})"
-                    )
             try:
                 await self.kube.apply(obj, manager=f"jetway-{manager}")
             except KubeError as exc:
                 raise KubeError(exc.status, exc.reason, f"{obj['kind']}/{meta['name']}: {exc.message}") from None
+
+    async def _not_taken(self, owner: Key, obj: dict[str, Any]) -> None:
+        """ResourceConflict when an object of that name exists under another controller, or none."""
+        meta = obj["metadata"]
+        wanted = _controller(obj)
+        if wanted is None:
+            return
+        existing = await self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        if existing is None:
+            return
+        current = _controller(existing)
+        if current is None or current.get("uid") != wanted.get("uid"):
+            held = f"owned by {current['kind']}/{current['name']} (uid {current['uid']})" if current else "not owned by anything"
+            raise ResourceConflict(
+                f"resource {meta.get('namespace', '')}/{meta['name']} exists but is not managed by this {owner.kind} ({held})",
+                kind=obj["kind"],
+                name=meta["name"],
+                namespace=meta.get("namespace", ""),
+                held=held,
+            )
 
     async def delete(self, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
         for obj in objects:

@@ -34,7 +34,8 @@ class Observed:
     pvc_phases: dict[str, str] = field(default_factory=dict)  # claim → Pending | Bound | Lost
     job: str = ""  # "" | Running | Complete | Failed
     job_message: str = ""  # why a Failed Job failed, as `job_outcome` words it
-    # the pre-existing claims the volumes name → phase; a claim missing from it does not exist;
+    # the pre-existing claims the volumes name → phase (Pending | Bound | Lost, or Unknown while the
+    # watcher has not reported it yet: waited on, not failed); a claim missing from it does not exist;
     # None when nobody watches them (standalone): they are taken to be there
     preexisting: dict[str, str] | None = None
 
@@ -161,6 +162,27 @@ def plan(md: ModelDeployment, key: Key, generation: int, uid: str, observed: Obs
             conditions=tuple(conditions),
             phase=phase,
             message=next((c.message for c in conditions if c.reason in ("PVCFailed", "DownloadFailed")), None),
+        ),
+    )
+
+
+def conflicted(generation: int, kind: str, name: str, namespace: str, held: str) -> StorageInvalid:
+    """An object the plan names exists in the cluster and is not this deployment's (Jetway writes nothing over
+    it, and none of the plan): the deployment fails and says what to do, until the name is free."""
+    where = f'{kind} "{name}" already exists in namespace "{namespace}" and is not managed by Jetway for this ModelDeployment ({held})'
+    if kind == "PersistentVolumeClaim":
+        fix = f'delete or rename that claim, or mount it as a pre-existing claim (claimName "{name}", no size)'
+    else:
+        fix = "delete or rename it so that Jetway can create its own"
+    message = f"{where}: {fix}"
+    failed = ("ModelDownloaded", "DownloadFailed") if kind == "Job" else ("StorageReady", "PVCFailed")
+    return StorageInvalid(
+        generation=generation,
+        problems=(message,),
+        status=StatusSlice(
+            conditions=(_condition(failed[0], False, failed[1], message, generation),),
+            phase="Failed",
+            message=f"Storage conflict: {message}",
         ),
     )
 

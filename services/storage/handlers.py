@@ -6,12 +6,13 @@ from collections.abc import Iterable
 
 from contracts.cluster import OBSERVED
 from contracts.conditions import carried, same_decision
-from contracts.events import Envelope, Withdrawn
+from contracts.events import Decision, Envelope, Withdrawn
 from contracts.pipeline import StoragePlanned
 from contracts.subjects import SPEC, Key, kind_filter
+from runtime.kubewriter import ResourceConflict
 from runtime.service import Effects, Service
 from runtime.writer import RecordedWriter, Writer
-from services.storage.decide import plan
+from services.storage.decide import conflicted, plan
 from services.storage.projection import SELF, Deployment, StorageState
 
 
@@ -42,13 +43,19 @@ class StorageService(Service):
             return
         if deployment.paused:
             return
-        decision = carried(plan(deployment.md, key, deployment.generation, deployment.uid, deployment.observed()), deployment.last)
+        observed = deployment.observed(watched=self.writer.cluster)  # in a cluster the watcher reports pre-existing claims
+        decision: Decision = carried(plan(deployment.md, key, deployment.generation, deployment.uid, observed), deployment.last)
         if (
             isinstance(decision, StoragePlanned)
             and decision.objects
             and (effects.level or deployment.gone or not same_decision(decision, deployment.last))
         ):
-            await self.writer.apply(key, list(decision.objects), manager=self.name)
+            try:
+                await self.writer.apply(key, list(decision.objects), manager=self.name)
+            except ResourceConflict as exc:
+                # a name the plan needs is taken by an object that is not this deployment's: the writer wrote
+                # none of the plan; the deployment fails saying so, and the next pass (a resync) tries again
+                decision = carried(conflicted(deployment.generation, exc.kind, exc.name, exc.namespace, exc.held), deployment.last)
         if not same_decision(decision, deployment.last):
             await effects.emit(key, decision)
 

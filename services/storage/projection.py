@@ -1,4 +1,5 @@
-"""What the storage service knows: each deployment, its last plan, and what the cluster reports of its PVCs and Job."""
+"""What the storage service knows: each deployment, its last plan, and what the cluster reports of its PVCs and Job,
+and of the pre-existing claims its volumes name."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from contracts.cluster import OBSERVED, DeletionRequested, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import PAUSED
+from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import SPEC, Key
-from services.storage.decide import Observed
+from services.storage.decide import Observed, job_outcome
 
 SELF = "storage"
 
@@ -25,21 +27,22 @@ class Deployment:
     deleting: bool = False
     pvc_phases: dict[str, str] = field(default_factory=dict)  # what the cluster reports (Kubernetes mode)
     job: str = ""
+    job_message: str = ""  # why the Job failed, in `job_outcome`'s words
     gone: set[str] = field(default_factory=set)  # claims reported deleted (by hand): written again
+    claims: dict[str, str | None] = field(default_factory=dict)  # pre-existing claims reported: phase, None missing
 
-    def observed(self) -> Observed:
-        return Observed(dict(self.pvc_phases), self.job)
-
-
-def _job_state(event: ObjectObserved) -> str:
-    if not event.exists:
-        return ""
-    conditions = {c.get("type"): c.get("status") for c in event.summary.get("conditions", [])}
-    if conditions.get("Complete") == "True" or event.summary.get("succeeded", 0) > 0:
-        return "Complete"
-    if conditions.get("Failed") == "True":
-        return "Failed"
-    return "Running"
+    def observed(self, *, watched: bool = False) -> Observed:
+        """What the cluster says; `watched`: the watcher reports pre-existing claims (a cluster), so one it
+        has not reported yet is waited on, one reported missing fails; else they are taken to be there."""
+        preexisting: dict[str, str] | None = None
+        if watched:
+            preexisting = {}
+            for volume in md_rules.volumes_of(self.md):
+                claim = md_rules.resolved_claim_name(self.md.metadata.name, volume)
+                phase = self.claims.get(claim, "Unknown")
+                if volume.size is None and phase is not None:
+                    preexisting[claim] = phase
+        return Observed(dict(self.pvc_phases), self.job, self.job_message, preexisting)
 
 
 @dataclass
@@ -55,12 +58,13 @@ class StorageState:
                 assert isinstance(md, ModelDeployment)
                 fresh = Deployment(md, event.generation, event.uid, event.annotations.get(PAUSED) == "true")
                 if deployment is not None:
-                    fresh.last, fresh.deleting, fresh.pvc_phases, fresh.job = (
+                    fresh.last, fresh.deleting, fresh.pvc_phases, fresh.claims = (
                         deployment.last,
                         deployment.deleting,
                         deployment.pvc_phases,
-                        deployment.job,
+                        deployment.claims,
                     )
+                    fresh.job, fresh.job_message = deployment.job, deployment.job_message
                 self.deployments[key] = fresh
             elif isinstance(event, DeletionRequested) and deployment is not None:
                 deployment.deleting = True
@@ -69,7 +73,9 @@ class StorageState:
         elif deployment is None:
             return
         elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
-            if event.object_kind == "PersistentVolumeClaim":
+            if event.object_kind == "PersistentVolumeClaim" and event.referenced:
+                deployment.claims[event.object_name] = str(event.summary.get("phase", "Pending")) if event.exists else None
+            elif event.object_kind == "PersistentVolumeClaim":
                 if event.exists:
                     deployment.pvc_phases[event.object_name] = str(event.summary.get("phase", "Pending"))
                     deployment.gone.discard(event.object_name)
@@ -77,6 +83,7 @@ class StorageState:
                     deployment.pvc_phases.pop(event.object_name, None)
                     deployment.gone.add(event.object_name)
             elif event.object_kind == "Job":
-                deployment.job = _job_state(event)
+                # one reading of a Job, the decision's: its conditions, then its counters against the backoff limit
+                deployment.job, deployment.job_message = job_outcome(event.object_name, event.summary) if event.exists else ("", "")
         elif envelope.facet == SELF and isinstance(event, Decision):
             deployment.last = event

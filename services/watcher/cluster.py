@@ -54,7 +54,6 @@ DESIRED = tuple((info.api_version, info.kind) for info in KINDS.values())
 OWNED = (
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
-    ("v1", "PersistentVolumeClaim"),
     ("batch/v1", "Job"),
     ("nvidia.com/v1alpha1", "DynamoGraphDeployment"),
     ("kaito.sh/v1beta1", "Workspace"),
@@ -64,6 +63,8 @@ OWNED = (
     ("kagent.dev/v1alpha2", "Agent"),
 )
 READ = (("gateway.networking.k8s.io/v1", "Gateway"),)
+# every claim, not only Jetway's: a deployment's volumes may mount pre-existing ones, whose phase its storage waits on
+CLAIMS = ("v1", "PersistentVolumeClaim")
 CRDS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 FINALIZED_KINDS = ("ModelDeployment",)
 
@@ -136,6 +137,9 @@ class ClusterSync:
         self.live: dict[Key, dict[str, Any]] = {}  # the last object the cluster showed for each of Jetway's resources
         self.written: dict[Key, dict[str, dict[str, Any]]] = {}  # key → owner → the status it holds there
         self.refused: set[Key] = set()  # new objects refused at ingest: the watcher wrote their status itself
+        self.claims: dict[tuple[str, str], dict[str, Any]] | None = None  # (namespace, name) → every PVC; None until listed
+        self.named: dict[Key, set[str]] = {}  # deployment → the pre-existing claims its volumes name
+        self.mounting: dict[tuple[str, str], set[Key]] = {}  # (namespace, claim) → the deployments naming it
         self.follows: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.synced: dict[tuple[str, str], asyncio.Event] = {}
         self.listed: Counter[tuple[str, str]] = Counter()  # lists each follow got through (handlers and all)
@@ -181,6 +185,7 @@ class ClusterSync:
             wanted[kind] = (self._owned_changed, self._owned_listed, MANAGED_SELECTOR)
         for kind in READ:
             wanted[kind] = (self._owned_changed, self._owned_listed, None)
+        wanted[CLAIMS] = (self._claim_changed, self._claims_listed, None)
         for kind, (on_change, on_list, selector) in wanted.items():
             served = self.kube.discovery.find(*kind) is not None
             running = kind in self.follows and not self.follows[kind].done()
@@ -306,6 +311,7 @@ class ClusterSync:
         key = ingest.key_of(obj)
         resources = self.service.state.resources
         if change == "DELETED":
+            self._index_claims(key, set())
             self.live.pop(key, None)
             self.written.pop(key, None)
             self.refused.discard(key)
@@ -328,6 +334,7 @@ class ClusterSync:
             await self.service.record(key, Withdrawn(generation=current.generation), SELF)
         if current is not None and key.kind in ("InferenceProviderConfig", "AgentProviderConfig"):
             await self._record_reported(key, obj)
+        await self._report_claims(key)  # its volumes may name other claims now
         await self.reconcile(key)
 
     async def _refuse(self, key: Key, obj: dict[str, Any], refusal: ingest.Rejected, known: bool) -> None:
@@ -435,7 +442,7 @@ class ClusterSync:
             await self._owned_changed("ADDED", obj)
         for (key, object_kind, name), seen in list(self.service.state.observed.items()):
             ours = self.namespace is None or key.namespace == self.namespace
-            if object_kind == kind and seen.exists and (key.namespace, name) not in present and ours:
+            if object_kind == kind and seen.exists and not seen.referenced and (key.namespace, name) not in present and ours:
                 await self._observe(key, ObjectObserved(api_version=seen.api_version, object_kind=kind, object_name=name, exists=False))
 
     async def _owned_changed(self, change: str, obj: dict[str, Any]) -> None:
@@ -445,11 +452,57 @@ class ClusterSync:
 
     async def _observe(self, key: Key, event: ObjectObserved) -> None:
         last = self.service.state.observed.get((key, event.object_kind, event.object_name))
-        if last is None and not event.exists:
-            return
+        if last is None and not event.exists and not event.referenced:
+            return  # never seen, now gone: nothing to tell (a missing pre-existing claim is: its deployment fails)
         if last is not None and (last.exists, last.summary) == (event.exists, event.summary):
             return  # nothing that matters changed (a resourceVersion bump, our own write echoing back)
         await self.service.record(key, event, OBSERVED)
+
+    # --- claims: Jetway's on their owner, pre-existing ones on each deployment that mounts them ---
+
+    async def _claims_listed(self, kind: str, items: list[dict[str, Any]]) -> None:
+        self.claims = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in items}
+        await self._owned_listed(kind, [o for o in items if ingest.managed(o)])
+        for key in [k for k in self.service.state.resources.items if k.kind == "ModelDeployment"]:
+            await self._report_claims(key)  # after a list: what exists, and what is missing (deletions in a gap too)
+
+    async def _claim_changed(self, change: str, obj: dict[str, Any]) -> None:
+        where = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if self.claims is not None:
+            if change == "DELETED":
+                self.claims.pop(where, None)
+            else:
+                self.claims[where] = obj
+        if ingest.managed(obj):
+            await self._owned_changed(change, obj)
+        for key in sorted(self.mounting.get(where, ()), key=str):
+            await self._report_claims(key)
+
+    async def _report_claims(self, key: Key) -> None:
+        """Tell a deployment how the pre-existing claims its volumes name are: their phase, or missing. Only once
+        the claims are listed (before, a claim not seen may still exist); not the claims it owns (observed as its own)."""
+        state = self.service.state.resources.items.get(key)
+        named = ingest.claims_named(state.spec) if state is not None and key.kind == "ModelDeployment" else set()
+        self._index_claims(key, named)
+        if self.claims is None or (self.namespace is not None and key.namespace != self.namespace):
+            return  # not listed yet, or its claims are not listed here
+        for name in sorted(named):
+            claim = self.claims.get((key.namespace, name))
+            if claim is not None and ingest.owner_of(claim) == key:
+                continue
+            await self._observe(key, ingest.claim_observation(name, claim))
+
+    def _index_claims(self, key: Key, named: set[str]) -> None:
+        """Which deployments name which claims: a claim's event tells those, without a pass over every resource."""
+        for name in self.named.pop(key, set()) - named:
+            mounting = self.mounting.get((key.namespace, name), set())
+            mounting.discard(key)
+            if not mounting:
+                self.mounting.pop((key.namespace, name), None)
+        if named:
+            self.named[key] = named
+            for name in named:
+                self.mounting.setdefault((key.namespace, name), set()).add(key)
 
     # --- CRDs: discovery follows them ------------------------------------------------------
 

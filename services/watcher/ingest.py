@@ -16,6 +16,7 @@ from contracts.events import Event, ResourceApplied
 from contracts.kinds import KINDS
 from contracts.meta import WireModel
 from contracts.modeldeployment import ModelDeployment
+from contracts.objects import APP_MANAGED_BY, CONTROLLER
 from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import Key
@@ -134,4 +135,28 @@ def observation(obj: dict[str, Any], *, exists: bool = True) -> tuple[Key, Objec
         object_name=obj["metadata"]["name"],
         exists=exists,
         summary=summarize(obj) if exists else {},
+    )
+
+
+def managed(obj: dict[str, Any]) -> bool:
+    """Whether Jetway wrote the object (its label says so): what the watcher observes on its owner."""
+    return (obj["metadata"].get("labels") or {}).get(APP_MANAGED_BY) == CONTROLLER
+
+
+def claims_named(spec: dict[str, Any]) -> set[str]:
+    """The pre-existing claims a ModelDeployment's (wire) spec mounts: volumes without a size, which
+    Jetway creates nothing for. Read from the dict, not the model: it runs for every claim event."""
+    storage = (spec.get("model") or {}).get("storage") or {}
+    return {v["claimName"] for v in storage.get("volumes") or [] if not v.get("size") and v.get("claimName")}
+
+
+def claim_observation(name: str, claim: dict[str, Any] | None) -> ObjectObserved:
+    """A pre-existing claim as a deployment that mounts it is told of it: its phase, or that it is missing."""
+    return ObjectObserved(
+        api_version="v1",
+        object_kind="PersistentVolumeClaim",
+        object_name=name,
+        exists=claim is not None,
+        summary=summarize(claim) if claim is not None else {},
+        referenced=True,
     )

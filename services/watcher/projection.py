@@ -35,8 +35,10 @@ class WatcherState:
         elif isinstance(event, ObjectObserved):
             self.observed[(envelope.key, event.object_kind, event.object_name)] = event
         elif isinstance(event, ResourceDeleted) and envelope.key.kind in OWNER_KINDS:
-            for seen in [k for k in self.observed if k[0] == envelope.key and not self.observed[k].exists]:
-                del self.observed[seen]  # gone with its owner: nothing left to compare against
+            # gone with its owner: nothing left to compare against; and a pre-existing claim it mounted is told
+            # again to a deployment of the same name created later (its storage starts knowing nothing)
+            for seen in [k for k in self.observed if k[0] == envelope.key and (not self.observed[k].exists or self.observed[k].referenced)]:
+                del self.observed[seen]
 
     def last_reconciled_at(self, state: ResourceState) -> datetime | None:
         times = [t for t in (state.last_reconciled_at(), self.probed_at.get(state.key.subject())) if t is not None]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from contracts.admission import admit
+from contracts.cluster import OBSERVED, ObjectObserved
+from contracts.events import Envelope, ResourceApplied
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import StorageInvalid, StoragePlanned
-from contracts.subjects import Key
-from services.storage.decide import Observed, plan
+from contracts.subjects import SPEC, Key
+from services.storage.decide import DOWNLOAD_BACKOFF_LIMIT, Observed, conflicted, job_outcome, plan
+from services.storage.projection import Deployment, StorageState
 from tests.contracts.cases import MD, changed
 
 VOL = "spec.model.storage.volumes"
@@ -128,3 +132,74 @@ def test_invalid_storage_is_a_decision_not_a_crash() -> None:
     assert isinstance(result, StorageInvalid)
     assert any("claimName is required" in p for p in result.problems)
     assert conditions(result) == {"StorageReady": ("False", "PVCFailed")} and result.status.phase == "Failed"
+
+
+# --- what the cluster reports, folded by the storage service's projection (Kubernetes mode)
+
+
+def folded(volumes: list[dict[str, Any]], *observations: ObjectObserved) -> Deployment:
+    """The storage service's view of qwen after the watcher recorded `observations` on it."""
+    state = StorageState()
+    doc = changed(MD, {VOL: volumes})
+    applied = ResourceApplied(kind=KEY.kind, namespace=KEY.namespace, name=KEY.name, generation=2, spec=doc["spec"], uid="uid-1")
+    for facet, event in [(SPEC, applied), *((OBSERVED, o) for o in observations)]:
+        state.fold(Envelope(id="1", subject=KEY.subject(facet), producer="watcher", time=datetime.now(UTC), event=event))
+    return state.deployments[KEY]
+
+
+def job_seen(**summary: Any) -> ObjectObserved:
+    full = {"active": 0, "succeeded": 0, "failed": 0, "conditions": [], **summary}
+    return ObjectObserved(api_version="batch/v1", object_kind="Job", object_name="qwen-model-download", summary=full)
+
+
+def test_a_failed_download_job_says_why_it_failed() -> None:
+    # the projection reads a Job as job_outcome does: the Failed condition's message reaches the status
+    volumes = [{"name": "cache", "purpose": "modelCache", "size": "5Gi"}]
+    deadline = [
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}
+    ]
+    seen = folded(volumes, job_seen(failed=1, conditions=deadline))
+    downloaded = next(c for c in planned(volumes, seen.observed()).status.conditions if c.type == "ModelDownloaded")
+    assert (downloaded.status, downloaded.reason) == ("False", "DownloadFailed")
+    assert downloaded.message == "model download Job qwen-model-download failed permanently: Job was active longer than specified deadline"
+    # as many failures as retries fail it too, before the Job controller's condition says so
+    retried = folded(volumes, job_seen(failed=DOWNLOAD_BACKOFF_LIMIT)).observed()
+    assert (retried.job, retried.job_message) == ("Failed", job_outcome("qwen-model-download", {"failed": DOWNLOAD_BACKOFF_LIMIT})[1])
+    assert folded(volumes, job_seen(succeeded=1)).observed().job == "Complete"
+
+
+def claim_seen(name: str, phase: str | None) -> ObjectObserved:
+    summary = {"phase": phase} if phase else {}
+    return ObjectObserved(
+        api_version="v1", object_kind="PersistentVolumeClaim", object_name=name, exists=phase is not None, summary=summary, referenced=True
+    )
+
+
+def test_pre_existing_claims_follow_what_the_watcher_reports() -> None:
+    volumes = [{"name": "cache", "purpose": "modelCache", "claimName": "shared", "readOnly": True}]
+
+    def ready(*observations: ObjectObserved, watched: bool = True) -> tuple[str, str]:
+        return conditions(planned(volumes, folded(volumes, *observations).observed(watched=watched)))["StorageReady"]
+
+    assert ready(watched=False) == ("True", "PVCsBound")  # standalone: nobody to ask, taken to be there
+    assert ready() == ("False", "PVCsPending")  # not reported yet: waited on, not failed
+    assert ready(claim_seen("shared", None)) == ("False", "PVCFailed")  # reported missing
+    assert ready(claim_seen("shared", "Pending")) == ("False", "PVCsPending")
+    assert ready(claim_seen("shared", "Pending"), claim_seen("shared", "Bound")) == ("True", "PVCsBound")
+    assert ready(claim_seen("shared", "Bound"), claim_seen("shared", "Lost")) == ("False", "PVCFailed")
+    # a managed claim's report is not a pre-existing one's, nor does a report of a pre-existing one mark a managed one gone
+    managed = folded(volumes, claim_seen("shared", None))
+    assert managed.gone == set() and managed.pvc_phases == {}
+
+
+def test_a_claim_name_taken_by_another_object_is_an_invalid_plan_that_says_what_to_do() -> None:
+    result = conflicted(2, "PersistentVolumeClaim", "qwen-cache", "default", "not owned by anything")
+    assert isinstance(result, StorageInvalid) and result.generation == 2
+    assert conditions(result) == {"StorageReady": ("False", "PVCFailed")} and result.status.phase == "Failed"
+    assert result.problems == (
+        'PersistentVolumeClaim "qwen-cache" already exists in namespace "default" and is not managed by Jetway for this '
+        "ModelDeployment (not owned by anything): delete or rename that claim, or mount it as a pre-existing claim "
+        '(claimName "qwen-cache", no size)',
+    )
+    job = conflicted(2, "Job", "qwen-model-download", "default", "owned by ModelDeployment/other (uid u)")
+    assert conditions(job) == {"ModelDownloaded": ("False", "DownloadFailed")}
