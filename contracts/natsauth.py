@@ -140,6 +140,7 @@ def jetstream_subjects(service: ServiceUser) -> list[str]:
         f"$JS.FC.{EVENTS_STREAM}.>",
     ]
     for runner in service.runners:
+        found += snapshot_subjects(runner)
         durable = f"jetway-{runner}"
         found += [
             f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.{durable}",  # nats-py's form for a durable
@@ -149,6 +150,22 @@ def jetstream_subjects(service: ServiceUser) -> list[str]:
             f"$JS.ACK.{EVENTS_STREAM}.{durable}.>",  # ack, nak, term of what it was delivered
         ]
     return found
+
+
+SNAPSHOT_BUCKET_PREFIX = "jetway-snapshots-"  # runtime.snapshots's names (a test keeps them equal)
+
+
+def snapshot_subjects(runner: str) -> list[str]:
+    """A runner's snapshot store (runtime/snapshots.py): an object store of its own, `jetway-snapshots-<runner>`,
+    which no other service may read or write. The object store's API, as nats-py calls it, on that stream only."""
+    bucket = f"{SNAPSHOT_BUCKET_PREFIX}{runner}"
+    stream = f"OBJ_{bucket}"
+    return [
+        f"$O.{bucket}.>",  # its chunks and its meta entry (put)
+        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "MSG.GET", "PURGE")),  # bind, make, meta, old chunks
+        f"$JS.API.CONSUMER.CREATE.{stream}",  # an ordered consumer reads the chunks back
+        f"$JS.FC.{stream}.>",  # its flow control
+    ]
 
 
 def permissions(service: ServiceUser) -> dict[str, list[str]]:

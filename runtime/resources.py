@@ -137,13 +137,13 @@ class ResourceState:
         return {"apiVersion": self.api_version, "kind": self.key.kind, "metadata": metadata, "spec": self.spec, "status": self.status()}
 
 
+@dataclass
 class Resources:
     """Every resource, folded from the spec facets and the decisions about it."""
 
-    def __init__(self) -> None:
-        self.items: dict[Key, ResourceState] = {}
-        self.last_seq = 0
-        self.last_time: datetime | None = None
+    items: dict[Key, ResourceState] = field(default_factory=dict)
+    last_seq: int = 0
+    last_time: datetime | None = None
 
     def fold(self, envelope: Envelope) -> None:
         self.last_seq = max(self.last_seq, envelope.seq)

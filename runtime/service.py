@@ -21,6 +21,9 @@ decisions through `Effects.emit`. The runner does the rest:
   another writer's decision overtook gets a conflict instead of a duplicate, refreshes, and
   reconciles again. Message ids are derived from the decision, so a retried append is
   absorbed by JetStream's de-duplication.
+- **Snapshots** (runtime/snapshots.py): every `snapshots.every_events` events or
+  `every_seconds`, the projection is stored with the sequence it covers; a start loads it and
+  replays only the events after it (a snapshot of another version, or unreadable: from the start).
 - NATS restarts are survived (the client reconnects; fetches retry); SIGTERM stops the loop
   after the batch in hand.
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import logging
 import time
@@ -50,6 +54,7 @@ from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, PREFIX, Key, matcher
 from runtime import telemetry
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams
 from runtime.eventstore import Conflict, EventStore, Item, Undecodable, msg_seq
+from runtime.snapshots import Codec, Restored, SnapshotSettings, SnapshotStore, Unusable, settings_from_env
 
 log = logging.getLogger("jetway.service")
 
@@ -81,6 +86,12 @@ class Service:
     def rebuilt(self) -> None:
         """Called once the projection is rebuilt from the stream, before anything is reconciled."""
 
+    def projection(self) -> Any:
+        """What snapshots hold (runtime/snapshots.py): everything `fold` writes, nothing else; by convention
+        `self.state` when that is a dataclass or a msgspec Struct. None: not snapshotted (it replays from the start)."""
+        state = getattr(self, "state", None)
+        return state if (dataclasses.is_dataclass(state) and not isinstance(state, type)) or isinstance(state, msgspec.Struct) else None
+
 
 @dataclass(frozen=True)
 class RunnerSettings:
@@ -92,6 +103,7 @@ class RunnerSettings:
     concurrency: int = 16
     conflict_retries: int = 5
     streams: StreamSettings = field(default_factory=StreamSettings)
+    snapshots: SnapshotSettings = field(default_factory=settings_from_env)  # JETWAY_SNAPSHOT_*, read once
 
 
 class Requeue(Exception):
@@ -182,6 +194,18 @@ class Runner:
         # a consumer with several filter subjects delivers ~50x slower than one with a single
         # filter (docs/event-store.md has the measurements).
         self._wanted = matcher(self.filters)
+        # Snapshots: `covered` is the sequence through which every event is folded (in stream order; an
+        # `emit` folds its own decision ahead of it, which `seen` remembers), what a snapshot says it holds.
+        self.covered = 0
+        self.restored: Restored | None = None  # the snapshot this start began from, if any
+        self.snapshots_written = 0
+        self.replayed = 0  # events the last rebuild read from the stream (after the snapshot, if one was loaded)
+        self._snapshots = SnapshotStore(self.js, service.name) if self.settings.snapshots.enabled else None
+        self._codec: Codec | None = None
+        self._stream_created = ""
+        self._folds_at_snapshot = 0
+        self._snapshot_at = time.monotonic()
+        self._snapshotting: asyncio.Task[None] | None = None
 
     @property
     def filters(self) -> list[str]:
@@ -225,12 +249,124 @@ class Runner:
 
     async def rebuild(self) -> int:
         started = time.perf_counter()
-        last = await self.store.scan(ALL_EVENTS, self._fold_item, select=self.wants)
+        since = await self._restore()
+        replayed = 0
+
+        def fold_item(item: Item) -> None:
+            nonlocal replayed
+            replayed += 1
+            self._fold_item(item)
+
+        last = max(since, await self.store.scan(ALL_EVENTS, fold_item, select=self.wants, since_seq=since + 1))
+        self.covered = last
+        # what was replayed counts toward the next snapshot: a long replay is followed by one
+        self._folds_at_snapshot, self._snapshot_at = 0, time.monotonic()
+        self.replayed = replayed
+        if self.restored is not None:
+            self.restored.events_since = replayed
         log.info(
             "projection rebuilt",
-            extra={"service": self.service.name, "through_seq": last, "seconds": round(time.perf_counter() - started, 3)},
+            extra={
+                "service": self.service.name,
+                "through_seq": last,
+                "from_snapshot_seq": since or None,
+                "events_replayed": replayed,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
         )
         return last
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    def codec(self) -> Codec | None:
+        if self._codec is None and self._snapshots is not None:
+            projection = self.service.projection()
+            if projection is None:
+                self._snapshots = None
+                return None
+            try:
+                self._codec = Codec(projection)
+            except TypeError as exc:  # a projection the codec cannot read: the service replays in full, as before
+                log.error("snapshots off: %s", exc, extra={"service": self.service.name})
+                self._snapshots = None
+        return self._codec
+
+    async def _restore(self) -> int:
+        """Load the snapshot into the projection; the sequence to replay after (0: from the start)."""
+        info = await self.js.stream_info(EVENTS_STREAM)
+        self._stream_created = str(info.created or "")
+        codec = self.codec()
+        if codec is None or self._snapshots is None:
+            return 0
+        name = self.service.name
+        try:
+            data = await self._snapshots.get()
+            if data is None:
+                return 0
+            snapshot = codec.header(data)
+            if snapshot.stream_created != self._stream_created or snapshot.seq > int(info.state.last_seq):
+                raise Unusable(f"taken of another event stream (created {snapshot.stream_created}, through {snapshot.seq})")
+            codec.restore(snapshot, self.service.projection())
+        except Unusable as exc:
+            log.warning("snapshot ignored, replaying from the start: %s", exc, extra={"service": name})
+            return 0
+        except Exception as exc:  # NATS, a missing chunk: the snapshot only saves time
+            log.warning("snapshot not read, replaying from the start: %s: %s", type(exc).__name__, exc, extra={"service": name})
+            return 0
+        self.seen = dict(snapshot.seen)
+        self.restored = Restored(snapshot.seq, dict(snapshot.seen), snapshot.written_at)
+        log.info("snapshot loaded", extra={"service": name, "seq": snapshot.seq, "written_at": snapshot.written_at.isoformat()})
+        return snapshot.seq
+
+    def _snapshot_due(self) -> bool:
+        since = self.folds - self._folds_at_snapshot
+        settings = self.settings.snapshots
+        return since >= settings.every_events or (since > 0 and time.monotonic() - self._snapshot_at >= settings.every_seconds)
+
+    def snapshot_now(self) -> asyncio.Task[None] | None:
+        """Take a snapshot (synchronously: no fold runs between the state and its sequence) and store it in
+        the background; the storing task, or None when snapshots are off or one is being stored."""
+        codec = self.codec()
+        if codec is None or self._snapshots is None or (self._snapshotting is not None and not self._snapshotting.done()):
+            return None
+        try:
+            data = codec.encode(
+                self.service.projection(),
+                runner=self.service.name,
+                seq=self.covered,
+                seen=dict(self.seen),
+                stream_created=self._stream_created,
+            )
+        except Exception as exc:  # a projection holding what must not be stored: no snapshot, said loudly
+            log.error("snapshot not taken: %s: %s", type(exc).__name__, exc, extra={"service": self.service.name})
+            self._folds_at_snapshot, self._snapshot_at = self.folds, time.monotonic()
+            return None
+        self._folds_at_snapshot, self._snapshot_at = self.folds, time.monotonic()
+        self._snapshotting = asyncio.create_task(self._store_snapshot(data, self.covered), name=f"{self.service.name}-snapshot")
+        return self._snapshotting
+
+    async def _store_snapshot(self, data: bytes, seq: int) -> None:
+        assert self._snapshots is not None
+        started = time.perf_counter()
+        try:
+            await self._snapshots.put(data)
+        except Exception as exc:
+            log.warning("snapshot not stored: %s: %s", type(exc).__name__, exc, extra={"service": self.service.name})
+            return
+        self.snapshots_written += 1
+        log.info(
+            "snapshot stored",
+            extra={"service": self.service.name, "seq": seq, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)},
+        )
+
+    async def _snapshot_timer(self) -> None:
+        if self.codec() is None:
+            return
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), min(self.settings.snapshots.every_seconds, 60.0))
+            if not self._stopping.is_set() and self._snapshot_due():
+                self.snapshot_now()
 
     async def refresh(self, subject: str) -> None:
         """Fold what a conflict says we missed on one subject."""
@@ -338,7 +474,11 @@ class Runner:
         for msg in msgs:
             seq, remaining, stored = msg_seq(msg)
             self.lag = remaining
+            # Deliveries come in stream order (a redelivery is behind, and folded already): once this
+            # message is folded or skipped below, before the next await, everything up to it is.
+            covered = max(self.covered, seq)
             if not self.wants(msg.subject):
+                self.covered = covered
                 await msg.ack()
                 continue
             deliveries = msg.metadata.num_delivered
@@ -348,14 +488,17 @@ class Runner:
                 envelope = decode(msg.data, subject=msg.subject, seq=seq, stored_at=stored)
             except UndecodableEvent as exc:
                 self.seen[msg.subject] = max(self.seen.get(msg.subject, 0), seq)
+                self.covered = covered
                 await self._dead_letter(msg, exc.reason, deliveries)
                 continue
             try:
                 folded = self.fold(envelope)
                 keys = _dedupe(self.service.affected(envelope))
             except Exception as exc:  # a fold that fails on a valid event will fail again: do not retry it
+                self.covered = covered
                 await self._dead_letter(msg, f"fold failed: {type(exc).__name__}: {exc}", deliveries)
                 continue
+            self.covered = covered
             if not folded and envelope.producer == self.service.name:
                 await msg.ack()  # our own decision, echoed back: nothing new to reconcile
                 continue
@@ -376,6 +519,8 @@ class Runner:
                     await msg.nak(delay=delay)
             telemetry.events_handled.add(1, {"service": self.service.name, "type": envelope.type, "outcome": outcome})
         telemetry.handler_duration.record(time.perf_counter() - started, {"service": self.service.name})
+        if self._snapshot_due():
+            self.snapshot_now()
 
     async def _reconcile_batch(self, pending: list[tuple[Msg, Envelope, list[Key]]]) -> dict[Key, str]:
         """Reconcile each affected key once (the latest event is its cause); key → error for failures."""
@@ -456,12 +601,15 @@ class Runner:
         await ensure_streams(self.js, self.settings.streams)
         last = await self.rebuild()
         self.service.rebuilt()
+        if self._snapshot_due():
+            self.snapshot_now()
         psub = await self._consumer(last)
         telemetry.register_lag(self.service.name, lambda: self.lag)
         await self.reconcile_all()
         self._tasks = [
             asyncio.create_task(self.service.alongside(self), name=f"{self.service.name}-alongside"),
             asyncio.create_task(self._resync(), name=f"{self.service.name}-resync"),
+            asyncio.create_task(self._snapshot_timer(), name=f"{self.service.name}-snapshot-timer"),
         ]
         self.ready.set()
         log.info("service running", extra={"service": self.service.name})
@@ -479,6 +627,9 @@ class Runner:
             for task in workers:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            if self._snapshotting is not None:  # a half-stored object would leave its chunks behind: let it finish
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(asyncio.shield(self._snapshotting), 30)
             with contextlib.suppress(Exception):
                 await psub.unsubscribe()
             log.info("service stopped", extra={"service": self.service.name})

@@ -52,6 +52,8 @@ class Model:
 
 @dataclass
 class BindingState:
+    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+
     frameworks: dict[str, Framework] = field(default_factory=dict)
     agents: dict[Key, Agent] = field(default_factory=dict)
     models: dict[tuple[str, str], Model] = field(default_factory=dict)

@@ -34,6 +34,9 @@ class GatewayService(Service):
         if envelope.key not in self.members.items:
             self.prober.forget(envelope.key)
 
+    def projection(self) -> Members:
+        return self.members
+
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         return (envelope.key,) if envelope.facet == "spec" else ()
 

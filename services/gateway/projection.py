@@ -55,6 +55,9 @@ class Traffic:
 
 @dataclass
 class Members:
+    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_skip = ("traffic",)  # live, per process: a restart starts with no request in flight
+
     items: dict[Key, Member] = field(default_factory=dict)
     traffic: dict[Key, Traffic] = field(default_factory=dict)
     by_model: dict[str, set[Key]] = field(default_factory=dict)
@@ -129,6 +132,8 @@ class RoutedDeployment:
 
 @dataclass
 class GatewayApiState:
+    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+
     deployments: dict[Key, RoutedDeployment] = field(default_factory=dict)
     providers: dict[str, InferenceProviderConfigSpec] = field(default_factory=dict)
     gateways: dict[str, GatewayView] = field(default_factory=dict)  # "namespace/name" → what the watcher saw

@@ -50,6 +50,8 @@ def model_deployment(event: ResourceApplied) -> ModelDeployment:
 
 @dataclass
 class SelectorState:
+    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
 

@@ -55,7 +55,6 @@ class WorkloadService(Service):
         self.resync_interval = resync_interval  # level-triggered: objects deleted by hand come back
         self.settings = dict(settings or {})  # provider settings (render.settings), from the process's environment
         self.resolver = resolver  # Direct vLLM image tags → digests (services/workload/registry.py); None: resolution off
-        self.registered_by: dict[str, str] = {}  # provider → who wrote its current spec
         self.configs = {c["metadata"]["name"]: c for c in builtin_configs()}
 
     def gateway_available(self) -> bool:
@@ -73,8 +72,6 @@ class WorkloadService(Service):
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
-        if envelope.key.kind == PROVIDER_KIND and envelope.facet == SPEC:
-            self.registered_by[envelope.key.name] = envelope.producer
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         key = envelope.key
@@ -161,7 +158,7 @@ class WorkloadService(Service):
                     log.warning("cannot register provider %s: %s", key.name, exc)
                 return
         else:
-            ours = stored is None or self.registered_by.get(key.name) == self.name
+            ours = stored is None or self.state.registered_by.get(key.name) == self.name
             differs = stored is None or (stored.spec, stored.labels, stored.annotations) != (
                 wire["spec"],
                 wire["metadata"].get("labels", {}),

@@ -52,9 +52,12 @@ class ProviderConfig:
 
 @dataclass
 class WorkloadState:
+    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     discovered: ApisDiscovered | None = None  # what the cluster serves (Kubernetes mode)
+    registered_by: dict[str, str] = field(default_factory=dict)  # provider → who wrote its current spec (a producer)
 
     def fold(self, envelope: Envelope) -> None:
         event, key = envelope.event, envelope.key
@@ -62,6 +65,8 @@ class WorkloadState:
             self.discovered = event
             return
         if key.kind == "InferenceProviderConfig":
+            if envelope.facet == SPEC:
+                self.registered_by[key.name] = envelope.producer
             if envelope.facet == SPEC and isinstance(event, ResourceApplied):
                 old = self.providers.get(key.name)
                 self.providers[key.name] = ProviderConfig(

@@ -81,11 +81,13 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(nats_url: str, directory: Path, *, probe_interval: float = 0.3) -> AsyncIterator[Stack]:
+async def running_stack(
+    nats_url: str, directory: Path, *, probe_interval: float = 0.3, settings: RunnerSettings = SETTINGS
+) -> AsyncIterator[Stack]:
     nc = await connect(nats_url, name="stack")
     store = FileSecrets(directory / "secrets")
-    watcher = watcher_main.build(nc, settings=SETTINGS)
-    gateway = gateway_main.build(nc, store, probe_interval=probe_interval, settings=SETTINGS)
+    watcher = watcher_main.build(nc, settings=settings)
+    gateway = gateway_main.build(nc, store, probe_interval=probe_interval, settings=settings)
     tasks = [asyncio.create_task(watcher.runner.run()), asyncio.create_task(gateway.runner.run())]
     await asyncio.wait_for(asyncio.gather(watcher.runner.ready.wait(), gateway.runner.ready.wait()), 20)
     token = secrets.token_urlsafe(16)
