@@ -20,7 +20,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import BadSubjectError
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from contracts.natsauth import PASSWORD_ENV, USER_ENV, inbox_prefix
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX
@@ -30,13 +30,19 @@ log = logging.getLogger("jetway.bus")
 EVENTS_STREAM = "JETWAY_EVENTS"
 DLQ_STREAM = "JETWAY_DLQ"
 DUPLICATE_WINDOW = 120.0  # seconds in which a repeated Nats-Msg-Id is absorbed
+REPLICATED = 3  # a stream's copies on a cluster: one node may fail and a majority still stands
+# The server's answers to "place 3 replicas" on a single server or too small a cluster.
+CANNOT_REPLICATE = {10074, 10023, 10005}  # replicas not supported non-clustered; insufficient resources; no peers
+STREAMS_UNAVAILABLE = 10008  # JetStream not ready yet (a cluster electing its meta leader)
 
 
 @dataclass(frozen=True)
 class StreamSettings:
     """Retention and placement; docs/event-store.md explains each choice."""
 
-    replicas: int = 1
+    # 0: as the server allows, 3 on a NATS cluster of three or more nodes, else 1 (ensure_streams
+    # asks for 3 and the server says whether it can place them); an existing stream keeps its count.
+    replicas: int = 0
     max_bytes: int = -1  # the event log keeps everything unless an operator caps it
     max_age: float = 0.0  # seconds; 0 keeps events forever
     dlq_max_age: float = 14 * 24 * 3600.0
@@ -48,7 +54,7 @@ class StreamSettings:
             subjects=[ALL_EVENTS],
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
-            num_replicas=self.replicas,
+            num_replicas=self.replicas or REPLICATED,
             max_bytes=self.max_bytes,
             max_age=self.max_age,
             discard=DiscardPolicy.OLD,
@@ -65,7 +71,7 @@ class StreamSettings:
             subjects=[f"{DLQ_PREFIX}.>"],
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
-            num_replicas=self.replicas,
+            num_replicas=self.replicas or REPLICATED,
             max_age=self.dlq_max_age,
             discard=DiscardPolicy.OLD,
         )
@@ -178,9 +184,11 @@ async def connect(
     # nats-py retries the first connection for as long as reconnects are allowed (forever
     # here), so the first connection gets its own deadline.
     client = BoundedClient()
+    # "nats://a:4222,nats://b:4222": the servers of a cluster, tried in turn (NATS' usual form)
+    servers = [part.strip() for part in url.split(",") if part.strip()]
     connecting = asyncio.ensure_future(
         client.connect(
-            url,
+            servers,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.25,  # type: ignore[arg-type]  # seconds, a float (nats-py's hint says int)
@@ -218,24 +226,52 @@ async def connect(
 
 def redacted(url: str) -> str:
     """`url` without its credentials, for messages and logs."""
+    if "," in url:
+        return ",".join(redacted(part) for part in url.split(","))
     scheme, sep, rest = url.partition("://")
     return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url.rsplit("@", 1)[-1]
 
 
-async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
+async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None, *, timeout: float = 30.0) -> None:
+    """Create or update the event and dead-letter streams; a cluster still electing its leaders is waited for."""
     settings = settings or StreamSettings()
-    for config in (settings.events(), settings.dead_letters()):
+    deadline = asyncio.get_running_loop().time() + timeout
+    delay = 0.1
+    while True:
         try:
-            info = await js.stream_info(str(config.name))
-        except NotFoundError:
-            try:
+            for config in (settings.events(), settings.dead_letters()):
+                await _ensure_stream(js, config, auto_replicas=settings.replicas == 0)
+            return
+        except (TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError, BadRequestError) as exc:
+            transient = not isinstance(exc, BadRequestError) or exc.err_code == STREAMS_UNAVAILABLE
+            if not transient or asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            log.info("JetStream not ready yet (%s); retrying", type(exc).__name__)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool) -> None:
+    try:
+        info = await js.stream_info(str(config.name))
+    except NotFoundError:
+        try:
+            await js.add_stream(config)
+        except APIError as exc:
+            if exc.err_code == 10058:  # stream name already in use: another service created it first
+                return
+            if not (auto_replicas and exc.err_code in CANNOT_REPLICATE):
+                raise
+            # a single server, or a cluster of fewer than three nodes: one copy
+            log.info("stream %s: the server cannot place %d replicas (%s), so it keeps one", config.name, REPLICATED, exc.description)
+            config.num_replicas = 1
+            with contextlib.suppress(BadRequestError):  # 10058: created meanwhile
                 await js.add_stream(config)
-            except BadRequestError as exc:  # another service created it first: fine
-                if exc.err_code != 10058:  # stream name already in use
-                    raise
-            continue
-        if _differs(info.config, config):
-            await js.update_stream(config)
+        return
+    if auto_replicas:
+        config.num_replicas = info.config.num_replicas  # an operator (or the first start) chose it; keep it
+    if _differs(info.config, config):
+        await js.update_stream(config)
 
 
 def _differs(current: StreamConfig, wanted: StreamConfig) -> bool:

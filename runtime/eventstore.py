@@ -41,6 +41,9 @@ _LAST = re.compile(r"wrong last sequence: (\d+)")
 _TRANSIENT = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
+    # nats-py's name for "no responders" on a JetStream publish: on a cluster, the stream's leader
+    # was lost and its followers are electing another (a second or two)
+    nats.js.errors.NoStreamResponseError,
     ServiceUnavailableError,
     asyncio.TimeoutError,
     nats.errors.ConnectionReconnectingError,

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -61,6 +62,11 @@ class NatsServer:
     # passwords the server reads from `environ`, added to ours.
     authorization: str | None = None
     environ: dict[str, str] = field(default_factory=dict, repr=False)
+    # A member of a NATS cluster (NatsCluster): its name, route port and the other members' routes.
+    server_name: str | None = None
+    cluster_name: str | None = None
+    cluster_port: int = 0
+    routes: tuple[str, ...] = ()
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -88,13 +94,22 @@ class NatsServer:
         config.write_text(
             f'listen: "{listen}"\n'
             f'ports_file_dir: "{ports_dir}"\n'
-            f"max_payload: {self.max_payload}\n" + self._authorization() + "jetstream {\n"
+            f"max_payload: {self.max_payload}\n" + self._authorization() + self._cluster() + "jetstream {\n"
             f'  store_dir: "{self.store_dir / "store"}"\n'
             f"  sync_interval: {self.sync_interval}\n"
             "}\n"
         )
         config.chmod(0o600)  # it may hold the client password
         return config
+
+    def _cluster(self) -> str:
+        if self.cluster_name is None:
+            return ""
+        routes = ", ".join(f'"{route}"' for route in self.routes)
+        return (
+            f'server_name: "{self.server_name}"\n'
+            f'cluster {{\n  name: "{self.cluster_name}"\n  listen: "{self.host}:{self.cluster_port}"\n  routes: [{routes}]\n}}\n'
+        )
 
     def _authorization(self) -> str:
         if self.authorization is not None:
@@ -169,3 +184,52 @@ class NatsServer:
         else:
             self.stop()
         return self.start()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now: for a cluster's routes, which every member must know before any starts."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class NatsCluster:
+    """`size` JetStream servers routed as one cluster on 127.0.0.1, each with its own store: what a
+    platform runs (deploy/base/nats.yaml), for tests and benchmarks. A member keeps its ports across
+    a restart, so the others' routes find it again."""
+
+    store_dir: Path
+    size: int = 3
+    name: str = "jetway"
+    members: list[NatsServer] = field(default_factory=list)
+
+    def start(self, timeout: float = 20.0) -> NatsCluster:
+        if not self.members:
+            ports = [free_port() for _ in range(self.size)]
+            for index, port in enumerate(ports):
+                others = tuple(f"nats://127.0.0.1:{other}" for other in ports if other != port)
+                self.members.append(
+                    NatsServer(
+                        store_dir=self.store_dir / f"n{index}",
+                        server_name=f"n{index}",
+                        cluster_name=self.name,
+                        cluster_port=port,
+                        routes=others,
+                    )
+                )
+        for member in self.members:
+            member.start(timeout)
+        return self
+
+    @property
+    def url(self) -> str:
+        """Every member's client URL, comma-separated, as JETWAY_NATS_URL takes them."""
+        return ",".join(member.url for member in self.members)
+
+    def member(self, server_name: str) -> NatsServer:
+        return next(m for m in self.members if m.server_name == server_name)
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()

@@ -20,10 +20,11 @@ from contracts.agents import AgentDeployment, AgentProviderConfig
 from contracts.gatewayapi import GatewayView
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
-from contracts.natsauth import SECRET_NAME, render_authorization
+from contracts.natsauth import SECRET_NAME, new_password, render_authorization
 from contracts.natsauth import SERVICES as NATS_USERS
 from contracts.providerconfig import InferenceProviderConfigSpec
 from contracts.subjects import Key
+from runtime.natsserver import nats_server_binary
 from services.binding import render as agent_render
 from services.gateway import control
 from services.selector.decide import Provider
@@ -91,6 +92,27 @@ def test_nats_keeps_its_events_on_a_volume_and_syncs_every_write(objects: list[d
     assert "/data" in mounts
 
 
+def test_nats_runs_as_a_three_node_cluster_the_real_server_accepts(objects: list[dict[str, Any]], tmp_path: Path) -> None:
+    nats = of_kind(objects, "StatefulSet")["jetway-nats"]
+    spec = nats["spec"]
+    assert spec["replicas"] == 3 and spec["podManagementPolicy"] == "Parallel"
+    headless = of_kind(objects, "Service")[spec["serviceName"]]
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert {p["name"]: p["port"] for p in headless["spec"]["ports"]} == {"client": 4222, "cluster": 6222}
+    config = of_kind(objects, "ConfigMap")["jetway-nats"]["data"]["nats.conf"]
+    routes = [f"nats://jetway-nats-{i}.{spec['serviceName']}:6222" for i in range(spec["replicas"])]
+    assert all(route in config for route in routes)  # one route per pod, by its stable name
+    assert of_kind(objects, "PodDisruptionBudget")["jetway-nats"]["spec"]["maxUnavailable"] == 1
+
+    # the server itself parses the configuration, with the environment the pod gives it
+    (tmp_path / "nats.conf").write_text(config)
+    (tmp_path / "auth.conf").write_text(of_kind(objects, "ConfigMap")["jetway-nats-auth"]["data"]["auth.conf"])
+    environ = {"SERVER_NAME": "jetway-nats-0", **{s.password_env: new_password() for s in NATS_USERS}}
+    command = [nats_server_binary(), "-c", str(tmp_path / "nats.conf"), "-t"]
+    checked = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=30, check=False)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
 def test_every_service_talks_to_nats_as_its_own_user(objects: list[dict[str, Any]]) -> None:
     """The server knows each service's user (auth.conf, from contracts/natsauth.py) with the password
     from the Secret, and each service connects as that user, never with another's password."""
@@ -100,7 +122,8 @@ def test_every_service_talks_to_nats_as_its_own_user(objects: list[dict[str, Any
     assert "include ./auth.conf" in of_kind(objects, "ConfigMap")["jetway-nats"]["data"]["nats.conf"]
     projected = next(v for v in nats["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")["projected"]["sources"]
     assert [source["configMap"]["name"] for source in projected] == ["jetway-nats", "jetway-nats-auth"]  # side by side
-    server_env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in nats["spec"]["template"]["spec"]["containers"][0]["env"]}
+    container_env = nats["spec"]["template"]["spec"]["containers"][0]["env"]
+    server_env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container_env if "secretKeyRef" in e.get("valueFrom", {})}
     assert server_env == {s.password_env: {"name": SECRET_NAME, "key": s.user} for s in NATS_USERS}
 
     deployments = of_kind(objects, "Deployment")

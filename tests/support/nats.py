@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.natsserver import NatsServer
+from runtime.natsserver import NatsCluster, NatsServer
 
 
 @dataclass
@@ -65,3 +65,15 @@ def nats_endpoint(store: Path) -> Iterator[NatsEndpoint]:
         yield NatsEndpoint(server.url, server)
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def nats_cluster(store: Path, size: int = 3) -> Iterator[NatsCluster]:
+    """A JetStream cluster of `size` nats-server processes on 127.0.0.1 (routes between them)."""
+    if os.environ.get("NATS_URL"):
+        pytest.skip("a NATS cluster of our own needs the embedded servers (NATS_URL is set)")
+    cluster = NatsCluster(store_dir=store, size=size).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,115 @@
+"""Jetway on a three-node NATS JetStream cluster, as deploy/ runs it: the streams keep three copies,
+and a node killed during a burst of applies loses no acknowledged event; the services carry on
+over the other two and every deployment converges."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
+from runtime.eventstore import EventStore
+from runtime.natsserver import NatsCluster
+from runtime.service import Runner
+from services import pipeline
+from tests.contracts.cases import MD, changed
+from tests.support.nats import NatsEndpoint, nats_cluster
+from tests.support.stack import SETTINGS, Stack, running_stack
+from tests.support.waiting import eventually
+
+BURST = 1000
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    with nats_cluster(tmp_path / "cluster") as running:
+        yield running
+
+
+async def test_the_streams_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
+    nc = await connect(cluster.url, name="test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)  # waits out the cluster's first leader election
+        for stream in (EVENTS_STREAM, DLQ_STREAM):
+            info = await js.stream_info(stream)
+            assert info.config.num_replicas == 3
+            assert info.cluster is not None and info.cluster.leader and len(info.cluster.replicas or []) == 2
+        await ensure_streams(js)  # again: nothing to change
+    finally:
+        await nc.close()
+
+
+async def test_a_single_server_keeps_one_copy(nats: NatsEndpoint) -> None:
+    nc = await connect(nats.url, name="test")
+    try:
+        await ensure_streams(nc.jetstream())
+        assert (await nc.jetstream().stream_info(EVENTS_STREAM)).config.num_replicas == 1
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+async def stack(cluster: NatsCluster, tmp_path: Path) -> AsyncIterator[Stack]:
+    async with running_stack(cluster.url, tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+async def services(stack: Stack) -> AsyncIterator[list[Runner]]:
+    nc = await connect(stack.nats_url, name="pipeline")
+    runners = pipeline.build(nc, settings=SETTINGS)
+    tasks = [asyncio.create_task(r.run()) for r in runners]
+    await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), 30)
+    yield runners
+    for runner in runners:
+        runner.stop()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await nc.close()
+
+
+async def test_a_node_killed_during_a_burst_of_applies_loses_nothing(cluster: NatsCluster, stack: Stack, services: list[Runner]) -> None:
+    nc = await connect(cluster.url, name="observer")
+    store = EventStore(nc, producer="test")
+    leader = (await nc.jetstream().stream_info(EVENTS_STREAM)).cluster
+    assert leader is not None and leader.leader
+    answers: dict[str, int] = {}
+    acked = asyncio.Event()
+    limit = asyncio.Semaphore(16)
+
+    async def apply(index: int) -> None:
+        async with limit:
+            status, _ = await stack.apply(changed(MD, {"metadata.name": f"m{index}", "spec.provider": {"name": "vllm"}}))
+            answers[f"m{index}"] = status
+            if len(answers) >= BURST // 3:
+                acked.set()
+
+    burst = [asyncio.create_task(apply(i)) for i in range(BURST)]
+    await asyncio.wait_for(acked.wait(), 120)
+    # the stream's leader: the hardest node to lose (its followers must elect another mid-burst)
+    await asyncio.to_thread(cluster.member(leader.leader).kill)
+    await asyncio.wait_for(asyncio.gather(*burst), 300)
+    try:
+        assert sorted(set(answers.values())) == [201], {s: list(answers.values()).count(s) for s in set(answers.values())}
+
+        # every acknowledged apply is in the log, once
+        applied = {item.key.name for item in await store.read("jetway.evt.modeldeployment.*.*.spec") if hasattr(item, "key")}
+        assert applied == set(answers)
+
+        async def converged() -> bool:
+            _, listing = await stack.get("/v1/kinds/md")
+            pending = [
+                item["metadata"]["name"]
+                for item in listing["items"]
+                if not any(c["type"] == "ResourceCreated" and c["status"] == "True" for c in item["status"].get("conditions", []))
+            ]
+            return len(listing["items"]) == BURST and not pending
+
+        await eventually(converged, timeout=240, interval=1.0, message="every deployment rendered after the node was lost")
+        _, listing = await stack.get("/v1/kinds/md")
+        assert len(listing["items"]) == BURST
+    finally:
+        await nc.close()
