@@ -16,7 +16,7 @@ from runtime.service import Runner
 from services import pipeline
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack, running_stack
+from tests.support.stack import SETTINGS, Stack, running_pipeline, running_stack
 from tests.support.waiting import eventually
 
 
@@ -28,15 +28,8 @@ async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
 
 @pytest.fixture
 async def services(stack: Stack) -> AsyncIterator[list[Runner]]:
-    nc = await connect(stack.nats_url, name="pipeline")
-    runners = pipeline.build(nc, settings=SETTINGS)
-    tasks = [asyncio.create_task(r.run()) for r in runners]
-    await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), 20)
-    yield runners
-    for runner in runners:
-        runner.stop()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await nc.close()
+    async with running_pipeline(stack.nats_url) as runners:
+        yield runners
 
 
 def provider(name: str, rule: str, priority: int) -> dict[str, Any]:

@@ -14,10 +14,9 @@ from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsCluster
 from runtime.service import Runner
-from services import pipeline
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint, nats_cluster
-from tests.support.stack import SETTINGS, Stack, running_stack
+from tests.support.stack import Stack, running_pipeline, running_stack
 from tests.support.waiting import eventually
 
 BURST = 1000
@@ -60,15 +59,8 @@ async def stack(cluster: NatsCluster, tmp_path: Path) -> AsyncIterator[Stack]:
 
 @pytest.fixture
 async def services(stack: Stack) -> AsyncIterator[list[Runner]]:
-    nc = await connect(stack.nats_url, name="pipeline")
-    runners = pipeline.build(nc, settings=SETTINGS)
-    tasks = [asyncio.create_task(r.run()) for r in runners]
-    await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), 30)
-    yield runners
-    for runner in runners:
-        runner.stop()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await nc.close()
+    async with running_pipeline(stack.nats_url) as runners:
+        yield runners
 
 
 async def test_a_node_killed_during_a_burst_of_applies_loses_nothing(cluster: NatsCluster, stack: Stack, services: list[Runner]) -> None:

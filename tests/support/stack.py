@@ -16,7 +16,8 @@ import aiohttp
 
 from runtime.bus import connect
 from runtime.secrets import FileSecrets
-from runtime.service import RunnerSettings
+from runtime.service import Runner, RunnerSettings
+from services import pipeline
 from services.gateway import main as gateway_main
 from services.gateway import router
 from services.watcher import api
@@ -104,4 +105,20 @@ async def running_stack(
         gateway.runner.stop()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
         gateway.routes.pool.close()
+        await nc.close()
+
+
+@contextlib.asynccontextmanager
+async def running_pipeline(nats_url: str, *, ready_timeout: float = 30.0) -> AsyncIterator[list[Runner]]:
+    """The selector, storage and workload services beside a stack, on their own connection."""
+    nc = await connect(nats_url, name="pipeline")
+    runners = pipeline.build(nc, settings=SETTINGS)
+    tasks = [asyncio.create_task(r.run()) for r in runners]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), ready_timeout)
+        yield runners
+    finally:
+        for runner in runners:
+            runner.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await nc.close()
