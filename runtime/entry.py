@@ -8,7 +8,9 @@ Reads the environment the manifests in `deploy/` set:
   (in-cluster service account, else `$KUBECONFIG`);
 - `JETWAY_HEALTH_PORT` (default 8090): `/healthz` (the process and its NATS connection are
   alive) and `/readyz` (every service rebuilt its state and the extra checks pass);
-- `JETWAY_DEV_RELOAD=true` (the Tilt stack): when a source file changes, drain and start again.
+- `JETWAY_DEV_RELOAD=true` (the Tilt stack): when a source file changes, drain and start again;
+- `JETWAY_SNAPSHOTS` (`on`/`off`), `JETWAY_SNAPSHOT_EVERY_EVENTS` (10000), `JETWAY_SNAPSHOT_EVERY_SECONDS`
+  (300): when each runner stores a snapshot of its projection (runtime/snapshots.py), read once at start.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from runtime.bus import Credentials, connect
 from runtime.kube import Kube
 from runtime.process import settle_heap
 from runtime.service import Runner, run_until_stopped
+from runtime.snapshots import settings_from_env
 
 Stop = Callable[[], Awaitable[None]]
 
@@ -105,6 +108,10 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
     token, so connecting would fail."""
     logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
     telemetry.setup(name)
+    try:
+        settings_from_env()  # read once, here: a bad value stops the start, naming the variable
+    except ValueError as exc:
+        raise SystemExit(f"{name}: {exc}") from None
     nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name, credentials=Credentials.from_env())
     kube = None
     if cluster_mode() and uses_kube:

@@ -199,6 +199,7 @@ class Runner:
         self.covered = 0
         self.restored: Restored | None = None  # the snapshot this start began from, if any
         self.snapshots_written = 0
+        self.gapped = False  # the consumer skipped sequences: this projection is no longer a prefix of the stream
         self.replayed = 0  # events the last rebuild read from the stream (after the snapshot, if one was loaded)
         self._snapshots = SnapshotStore(self.js, service.name) if self.settings.snapshots.enabled else None
         self._codec: Codec | None = None
@@ -319,6 +320,8 @@ class Runner:
         return snapshot.seq
 
     def _snapshot_due(self) -> bool:
+        if self.gapped:
+            return False
         since = self.folds - self._folds_at_snapshot
         settings = self.settings.snapshots
         return since >= settings.every_events or (since > 0 and time.monotonic() - self._snapshot_at >= settings.every_seconds)
@@ -327,7 +330,7 @@ class Runner:
         """Take a snapshot (synchronously: no fold runs between the state and its sequence) and store it in
         the background; the storing task, or None when snapshots are off or one is being stored."""
         codec = self.codec()
-        if codec is None or self._snapshots is None or (self._snapshotting is not None and not self._snapshotting.done()):
+        if codec is None or self._snapshots is None or self.gapped or (self._snapshotting is not None and not self._snapshotting.done()):
             return None
         try:
             data = codec.encode(
@@ -474,9 +477,18 @@ class Runner:
         for msg in msgs:
             seq, remaining, stored = msg_seq(msg)
             self.lag = remaining
-            # Deliveries come in stream order (a redelivery is behind, and folded already): once this
-            # message is folded or skipped below, before the next await, everything up to it is.
-            covered = max(self.covered, seq)
+            # The consumer delivers every sequence in order (a redelivery is behind, folded already): once the
+            # next one is folded or skipped below, before the next await, everything up to it is.
+            covered = seq if seq == self.covered + 1 else self.covered
+            if seq > self.covered + 1 and not self.gapped:
+                # A replica sharing the consumer was given the events between: this projection now holds events
+                # folded without those before them, which no replay of a snapshot of it would reproduce.
+                self.gapped = True
+                if self._snapshots is not None:
+                    log.warning(
+                        "snapshots off until restart: the consumer skipped events (another replica takes them)",
+                        extra={"service": self.service.name, "covered": self.covered, "delivered": seq},
+                    )
             if not self.wants(msg.subject):
                 self.covered = covered
                 await msg.ack()

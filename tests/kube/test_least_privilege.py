@@ -125,6 +125,7 @@ async def test_each_service_with_its_own_service_account_takes_everything_throug
         "JETWAY_NATS_URL": nats.url,
         "JETWAY_RESYNC_SECONDS": "2",
         "JETWAY_IMAGE_RESOLUTION": "off",  # no registry here: the default vLLM image is used by its tag
+        "JETWAY_SNAPSHOT_EVERY_EVENTS": "5",  # every service stores snapshots of its projection, as its own NATS user
         "JETWAY_NAMESPACE": SYSTEM,
         "JETWAY_WEBHOOK_PORT": str(free_port()),
         "JETWAY_ROUTER_PORT": str(free_port()),
@@ -221,6 +222,7 @@ async def test_each_service_with_its_own_service_account_takes_everything_throug
         assert "Traceback" not in text, text[-3000:]
         assert not any(token in text for token in tokens), f"a ServiceAccount token reached {name}'s log"
         assert "permissions violation" not in text.lower(), f"{name} was refused a NATS right nats-auth.conf should give: {text[-3000:]}"
+        assert "snapshot stored" in text and "snapshot not stored" not in text, f"{name} could not store its snapshot: {text[-3000:]}"
         assert not any(password in text for password in passwords.values()), f"a NATS password reached {name}'s log"
 
 

@@ -265,6 +265,31 @@ async def test_a_snapshot_of_a_stream_made_again_is_ignored(client: Client, tmp_
     assert runner.restored is None and len(runner.service.projection().providers) == 3
 
 
+async def test_a_replica_sharing_the_consumer_stops_snapshotting_at_the_first_event_the_other_was_given(
+    client: Client, tmp_path: Path
+) -> None:
+    """Two replicas split the deliveries, so each folds events without some before them (a provider's decision
+    before its spec): no snapshot of that would replay to what the stream says. What was stored before the
+    split still restores to the full replay's projection."""
+    one, two = (Runner(SelectorService(), client, OFTEN) for _ in range(2))
+    tasks = [asyncio.create_task(r.run()) for r in (one, two)]
+    try:
+        await asyncio.wait_for(asyncio.gather(one.ready.wait(), two.ready.wait()), 20)
+        await providers(client, 60)
+        await eventually(lambda: settled(client, [one]), timeout=30, message="both replicas caught up")
+        assert one.gapped or two.gapped, "the deliveries were not split: the test would prove nothing"
+        for runner in (one, two):
+            if runner.gapped:
+                assert runner.snapshot_now() is None
+    finally:
+        for runner in (one, two):
+            runner.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    restored = await rebuilt("selector", client, FileSecrets(tmp_path), OFTEN)
+    full = await rebuilt("selector", client, FileSecrets(tmp_path), NEVER)
+    assert restored.service.projection() == full.service.projection() and len(full.service.projection().providers) == 60
+
+
 @dataclasses.dataclass
 class HoldsASecretStore:
     secrets: FileSecrets
