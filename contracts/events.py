@@ -34,6 +34,12 @@ class StatusCondition(msgspec.Struct, frozen=True, omit_defaults=True):
     lastTransitionTime: str = ""
     observedGeneration: int | None = None
 
+    @classmethod
+    def of(cls, type_: str, status: bool | str, reason: str, message: str, generation: int) -> StatusCondition:
+        """A condition for a spec generation; `status` a bool, or "Unknown"."""
+        text = status if isinstance(status, str) else ("True" if status else "False")
+        return cls(type=type_, status=text, reason=reason, message=message, observedGeneration=generation)
+
 
 class StatusSlice(msgspec.Struct, frozen=True, omit_defaults=True):
     """The part of a resource's status one owner writes."""

@@ -31,10 +31,6 @@ PERMANENT = {
 }
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> StatusCondition:
-    return StatusCondition(type=type_, status="True" if ok else "False", reason=reason, message=message, observedGeneration=generation)
-
-
 class BindingService(Service):
     name = SELF
     consumes = (
@@ -88,7 +84,7 @@ class BindingService(Service):
         if framework is None:
             return
         readiness = decide.framework_readiness(framework.config, self.state.discovered)
-        condition = _condition("Ready", readiness.ready, readiness.reason, readiness.message, framework.generation)
+        condition = StatusCondition.of("Ready", readiness.ready, readiness.reason, readiness.message, framework.generation)
         decision = carried(
             FrameworkAssessed(
                 generation=framework.generation,
@@ -148,7 +144,7 @@ class BindingService(Service):
             readiness = decide.Readiness(False, "FrameworkNotFound", f"AgentProviderConfig {name} not found")
         else:
             readiness = decide.framework_readiness(framework.config, self.state.discovered)  # instructions already appended
-        framework_ready = _condition(
+        framework_ready = StatusCondition.of(
             "FrameworkReady", readiness.ready, "FrameworkReady" if readiness.ready else readiness.reason, readiness.message, generation
         )
         if not readiness.ready or framework is None:
@@ -158,8 +154,8 @@ class BindingService(Service):
                 "WaitingForFramework",
                 [
                     framework_ready,
-                    _condition("ModelBound", False, "WaitingForFramework", "waiting for the framework", generation),
-                    _condition("Ready", False, "WaitingForFramework", "waiting for the framework", generation),
+                    StatusCondition.of("ModelBound", False, "WaitingForFramework", "waiting for the framework", generation),
+                    StatusCondition.of("Ready", False, "WaitingForFramework", "waiting for the framework", generation),
                 ],
                 fields,
             ), []
@@ -172,13 +168,13 @@ class BindingService(Service):
                 outcome.reason,
                 [
                     framework_ready,
-                    _condition("ModelBound", False, outcome.reason, outcome.message, generation),
-                    _condition("Ready", False, outcome.reason, outcome.message, generation),
+                    StatusCondition.of("ModelBound", False, outcome.reason, outcome.message, generation),
+                    StatusCondition.of("Ready", False, outcome.reason, outcome.message, generation),
                 ],
                 fields,
             ), []
         fields["modelBinding"] = outcome.binding
-        bound = _condition("ModelBound", True, "ModelBound", outcome.message, generation)
+        bound = StatusCondition.of("ModelBound", True, "ModelBound", outcome.message, generation)
         try:
             rendered = render.render(spec, framework.config, agent.uid, outcome.binding)
         except render.RenderError as exc:
@@ -186,7 +182,7 @@ class BindingService(Service):
                 agent,
                 "Failed",
                 exc.reason,
-                [framework_ready, bound, _condition("Ready", False, exc.reason, str(exc), generation)],
+                [framework_ready, bound, StatusCondition.of("Ready", False, exc.reason, str(exc), generation)],
                 fields,
                 binding=outcome.binding,
             ), []
@@ -194,7 +190,7 @@ class BindingService(Service):
         phase, reason, message, replicas = self._progress(agent, rendered.workload)
         if replicas is not None:
             fields["replicas"] = replicas
-        ready = _condition("Ready", phase in ("Running", "Completed"), reason, message, generation)
+        ready = StatusCondition.of("Ready", phase in ("Running", "Completed"), reason, message, generation)
         return self._status(
             agent, phase, reason, [framework_ready, bound, ready], fields, binding=outcome.binding, objects=rendered.objects
         ), rendered.objects
@@ -250,7 +246,8 @@ class BindingService(Service):
 
     def _failed(self, agent: Agent, decision: AgentReconciled, reason: str, message: str) -> AgentReconciled:
         conditions = tuple(
-            c if c.type != "Ready" else _condition("Ready", False, reason, message, agent.generation) for c in decision.status.conditions
+            c if c.type != "Ready" else StatusCondition.of("Ready", False, reason, message, agent.generation)
+            for c in decision.status.conditions
         )
         return AgentReconciled(
             generation=agent.generation,

@@ -97,12 +97,6 @@ def enabled(md: ModelDeployment, apis: bool) -> tuple[bool, bool]:
     return (apis if explicit is None else explicit), explicit is not None
 
 
-def _condition(ok: bool, reason: str, message: str, generation: int) -> StatusCondition:
-    return StatusCondition(
-        type="GatewayReady", status="True" if ok else "False", reason=reason, message=message, observedGeneration=generation
-    )
-
-
 def decision(
     inputs: Inputs,
     ok: bool,
@@ -118,7 +112,7 @@ def decision(
         gateway=gateway.ref if gateway else "",
         reason=reason,
         objects=tuple(ref(o) for o in objects or []),
-        status=StatusSlice(conditions=(_condition(ok, reason, message, inputs.generation),), fields=fields or {}),
+        status=StatusSlice(conditions=(StatusCondition.of("GatewayReady", ok, reason, message, inputs.generation),), fields=fields or {}),
     )
 
 

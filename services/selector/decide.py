@@ -96,23 +96,19 @@ def _offers(capability: EngineCapability, gpu: bool, mode: str) -> bool:
     return capability.serves(mode)
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> StatusCondition:
-    return StatusCondition(type=type_, status="True" if ok else "False", reason=reason, message=message, observedGeneration=generation)
-
-
 def failed(stage: str, message: str, generation: int, engine: tuple[str, str] | None = None) -> SelectionFailed:
     """A selection failure with the conditions AI Runway sets for it."""
     conditions: tuple[StatusCondition, ...]
     phase: str | None = None
     if stage == "validation":
-        conditions = (_condition("Validated", False, "ValidationFailed", message, generation),)
+        conditions = (StatusCondition.of("Validated", False, "ValidationFailed", message, generation),)
         phase = "Failed"
     elif stage == "engine":
-        conditions = (_condition("EngineSelected", False, "SelectionFailed", message, generation),)
+        conditions = (StatusCondition.of("EngineSelected", False, "SelectionFailed", message, generation),)
     else:
         conditions = (
-            _condition("Validated", True, "ValidationPassed", "Schema validation passed", generation),
-            _condition("ProviderSelected", False, "SelectionFailed", message, generation),
+            StatusCondition.of("Validated", True, "ValidationPassed", "Schema validation passed", generation),
+            StatusCondition.of("ProviderSelected", False, "SelectionFailed", message, generation),
         )
     fields = {"engine": {"type": engine[0], "selectedReason": engine[1]}} if engine else {}
     return SelectionFailed(
@@ -131,7 +127,7 @@ def image_conflict(md: ModelDeployment, message: str, generation: int) -> Select
     ImageResolved=False/ConflictingImageFields, with the requested image (engine.image first) in status.image."""
     base = failed("validation", f"Validation failed: {message}", generation)
     requested = (md.spec.engine.image if md.spec.engine else None) or md.spec.image or ""
-    conditions = (*base.status.conditions, _condition("ImageResolved", False, "ConflictingImageFields", message, generation))
+    conditions = (*base.status.conditions, StatusCondition.of("ImageResolved", False, "ConflictingImageFields", message, generation))
     status = msgspec.structs.replace(base.status, conditions=conditions, fields={"image": {"requested": requested, "message": message}})
     return msgspec.structs.replace(base, status=status)
 
@@ -261,15 +257,15 @@ def select(md: ModelDeployment, generation: int, previous: ProviderSelected | No
         provider_reason = f"matched capabilities: engine={engine}, gpu={str(gpu).lower()}, mode={mode}; rule priority {best}"
         explicit_provider = False
     conditions = (
-        _condition("Validated", True, "ValidationPassed", "Schema validation passed", generation),
-        _condition(
+        StatusCondition.of("Validated", True, "ValidationPassed", "Schema validation passed", generation),
+        StatusCondition.of(
             "EngineSelected",
             True,
             "ExplicitSelection" if explicit_engine else "AutoSelected",
             "Engine explicitly specified in spec" if explicit_engine else f"Engine {engine} auto-selected from provider capabilities",
             generation,
         ),
-        _condition(
+        StatusCondition.of(
             "ProviderSelected",
             True,
             "ExplicitSelection" if explicit_provider else "AutoSelected",
@@ -301,9 +297,9 @@ def rules_status(provider: Provider, failures: list[RuleFailure], generation: in
     ]
     broken = compile_errors or failures
     if not broken:
-        condition = _condition("SelectionRulesValid", True, "RulesValid", "every selection rule compiles and evaluates", generation)
+        condition = StatusCondition.of("SelectionRulesValid", True, "RulesValid", "every selection rule compiles and evaluates", generation)
     else:
         reason = "RuleCompileFailed" if compile_errors else "RuleEvaluationFailed"
         message = "; ".join(f"selectionRules[{f.index}] ({f.condition}) {f.error}" for f in broken) + " (counted as false)"
-        condition = _condition("SelectionRulesValid", False, reason, message, generation)
+        condition = StatusCondition.of("SelectionRulesValid", False, reason, message, generation)
     return StatusSlice(conditions=(condition,))

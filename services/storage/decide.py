@@ -103,10 +103,6 @@ def download_job(md: ModelDeployment, key: Key, uid: str, claim: str, mount_path
     }
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation: int) -> StatusCondition:
-    return StatusCondition(type=type_, status="True" if ok else "False", reason=reason, message=message, observedGeneration=generation)
-
-
 def plan(md: ModelDeployment, key: Key, generation: int, uid: str, observed: Observed | None = None) -> StoragePlanned | StorageInvalid:
     observed = observed or Observed()
     problems = [str(p) for p in md_rules.check_storage(md, [])]
@@ -116,7 +112,7 @@ def plan(md: ModelDeployment, key: Key, generation: int, uid: str, observed: Obs
             generation=generation,
             problems=tuple(problems),
             status=StatusSlice(
-                conditions=(_condition("StorageReady", False, "PVCFailed", message, generation),),
+                conditions=(StatusCondition.of("StorageReady", False, "PVCFailed", message, generation),),
                 phase="Failed",
                 message=f"Storage invalid: {message}",
             ),
@@ -180,7 +176,7 @@ def conflicted(generation: int, kind: str, name: str, namespace: str, held: str)
         generation=generation,
         problems=(message,),
         status=StatusSlice(
-            conditions=(_condition(failed[0], False, failed[1], message, generation),),
+            conditions=(StatusCondition.of(failed[0], False, failed[1], message, generation),),
             phase="Failed",
             message=f"Storage conflict: {message}",
         ),
@@ -211,26 +207,26 @@ def _preexisting_problem(md: ModelDeployment, key: Key, observed: Observed) -> t
 def _storage_ready(md: ModelDeployment, key: Key, created: list[str], volumes: int, observed: Observed, generation: int) -> StatusCondition:
     lost = [c for c in created if observed.pvc_phases.get(c) == "Lost"]
     if lost:
-        return _condition("StorageReady", False, "PVCFailed", f"PVC {', '.join(lost)} is in Lost phase", generation)
+        return StatusCondition.of("StorageReady", False, "PVCFailed", f"PVC {', '.join(lost)} is in Lost phase", generation)
     unusable = _preexisting_problem(md, key, observed)
     if unusable is not None and unusable[0] == "PVCFailed":
-        return _condition("StorageReady", False, unusable[0], unusable[1], generation)
+        return StatusCondition.of("StorageReady", False, unusable[0], unusable[1], generation)
     waiting = [c for c in created if observed.pvc_phases.get(c) not in ("Bound", "Pending")]
     if waiting:
-        return _condition("StorageReady", False, "PVCsPending", f"waiting for PVC {', '.join(waiting)} to be created", generation)
+        return StatusCondition.of("StorageReady", False, "PVCsPending", f"waiting for PVC {', '.join(waiting)} to be created", generation)
     if unusable is not None:
-        return _condition("StorageReady", False, unusable[0], unusable[1], generation)
+        return StatusCondition.of("StorageReady", False, unusable[0], unusable[1], generation)
     if not created:
         message = f"{volumes} volume(s) mount pre-existing claims" if volumes else "no storage volumes"
-        return _condition("StorageReady", True, "PVCsBound", message, generation)
+        return StatusCondition.of("StorageReady", True, "PVCsBound", message, generation)
     # A Pending PVC binds when its first consumer is scheduled (WaitForFirstConsumer): it counts as ready.
-    return _condition("StorageReady", True, "PVCsBound", f"PVC {', '.join(created)} ready", generation)
+    return StatusCondition.of("StorageReady", True, "PVCsBound", f"PVC {', '.join(created)} ready", generation)
 
 
 def _downloaded(job: str, model: str, path: str, observed: Observed, generation: int) -> StatusCondition:
     if observed.job == "Complete":
-        return _condition("ModelDownloaded", True, "DownloadComplete", f"{model} downloaded into {path}", generation)
+        return StatusCondition.of("ModelDownloaded", True, "DownloadComplete", f"{model} downloaded into {path}", generation)
     if observed.job == "Failed":
         message = observed.job_message or f"model download Job {job} failed permanently"
-        return _condition("ModelDownloaded", False, "DownloadFailed", message, generation)
-    return _condition("ModelDownloaded", False, "DownloadInProgress", f"Job {job} downloads {model} into {path}", generation)
+        return StatusCondition.of("ModelDownloaded", False, "DownloadFailed", message, generation)
+    return StatusCondition.of("ModelDownloaded", False, "DownloadInProgress", f"Job {job} downloads {model} into {path}", generation)

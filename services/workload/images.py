@@ -174,16 +174,12 @@ class ImageDecision:
     failure: str | None = None  # the default image could not be resolved: nothing may render
 
 
-def _condition(type_: str, status: str, reason: str, message: str, generation: int) -> StatusCondition:
-    return StatusCondition(type=type_, status=status, reason=reason, message=message, observedGeneration=generation)
-
-
 def _policy(source: str, generation: int) -> StatusCondition:
     if source == "custom":
         message = "User-specified custom vLLM image is not verified as a supported provider image"
-        return _condition("UnsupportedImage", "True", "CustomImage", message, generation)
+        return StatusCondition.of("UnsupportedImage", "True", "CustomImage", message, generation)
     message = "Selected vLLM image is supported by provider image policy"
-    return _condition("UnsupportedImage", "False", "SupportedImage", message, generation)
+    return StatusCondition.of("UnsupportedImage", "False", "SupportedImage", message, generation)
 
 
 def decide(
@@ -232,11 +228,11 @@ def decide(
     provenance = recipe_provenance(annotations)
     if provenance:
         message += f" Recipe provenance: {provenance}."
-        conditions.append(_condition("RecipeResolved", "True", "RecipeProvenanceResolved", provenance, generation))
+        conditions.append(StatusCondition.of("RecipeResolved", "True", "RecipeProvenanceResolved", provenance, generation))
     conditions += [
         _policy(source, generation),
-        _condition("ImageResolved", state, reason, message, generation),
-        _condition("ImageVerified", "Unknown", "VerificationNotImplemented", VERIFICATION_MESSAGE, generation),
+        StatusCondition.of("ImageResolved", state, reason, message, generation),
+        StatusCondition.of("ImageVerified", "Unknown", "VerificationNotImplemented", VERIFICATION_MESSAGE, generation),
     ]
     status: dict[str, Any] = {
         "requested": requested,

@@ -113,6 +113,10 @@ async def test_apply_a_deployment_and_two_providers_then_see_every_decision(stac
     assert [o["kind"] for o in objects["objects"]["workload"]] == ["Deployment", "Service"]
 
 
+async def _exists(stack: Stack, path: str) -> bool:
+    return (await stack.get(path))[0] == 200
+
+
 async def _has(stack: Stack, name: str, condition: str) -> bool:
     _, view = await stack.get(f"/v1/kinds/md/{name}")
     return any(c["type"] == condition for c in view["status"].get("conditions", []))
@@ -171,7 +175,9 @@ async def test_unknown_or_incapable_providers_are_refused_and_validation_failure
     assert [(e["path"], e["message"]) for e in body["errors"]] == [("spec.provider.name", 'InferenceProviderConfig "acme" not found')]
     missing, _ = await stack.get("/v1/kinds/md/qwen")
     assert missing == 404
-    # a provider that cannot run the engine is refused with its capability's words
+    # a provider that cannot run the engine is refused with its capability's words, once the workload
+    # service's registration of the built-in vllm provider reached the watcher (it follows readiness)
+    await eventually(lambda: _exists(stack, "/v1/kinds/inferenceproviderconfig/vllm"), message="vllm registered")
     status, body = await stack.apply(changed(MD, {"spec.engine.type": "llamacpp", "spec.provider": {"name": "vllm"}}))
     assert status == 400
     assert [(e["path"], e["message"]) for e in body["errors"]] == [("spec.engine.type", "provider vllm does not support engine llamacpp")]
