@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ class Context:
 
     nc: Client
     kube: Kube | None  # Kubernetes mode only
+    resync_interval: float = 30.0  # JETWAY_RESYNC_SECONDS: how often a cluster service re-asserts what it wrote
     after_ready: list[Callable[[], Awaitable[Stop]]] = field(default_factory=list)  # servers: start, return their stop
     checks: list[Callable[[], bool]] = field(default_factory=list)  # extra readiness conditions
 
@@ -54,6 +55,18 @@ class Context:
     @staticmethod
     def env(name: str, default: str = "") -> str:
         return os.environ.get(name, default)
+
+
+def resync_seconds(environ: Mapping[str, str]) -> float:
+    """JETWAY_RESYNC_SECONDS (30), a positive number of seconds."""
+    text = environ.get("JETWAY_RESYNC_SECONDS", "30")
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"JETWAY_RESYNC_SECONDS must be a positive number of seconds (got {text!r})")
+    return value
 
 
 SOURCES = ("contracts", "runtime", "services", "cli")
@@ -110,6 +123,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
     telemetry.setup(name)
     try:
         settings_from_env()  # read once, here: a bad value stops the start, naming the variable
+        resync = resync_seconds(os.environ)
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
     nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name, credentials=Credentials.from_env())
@@ -117,7 +131,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
     if cluster_mode() and uses_kube:
         kube = await Kube.connect()
         await kube.discover()
-    context = Context(nc, kube)
+    context = Context(nc, kube, resync_interval=resync)
     runners = await build(context)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

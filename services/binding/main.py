@@ -17,5 +17,5 @@ NAME = "binding"
 async def start(context: Context) -> list[Runner]:
     if context.kube is None:
         return [Runner(BindingService(), context.nc)]
-    resync = float(context.env("JETWAY_RESYNC_SECONDS", "30"))
+    resync = context.resync_interval
     return [Runner(BindingService(KubeWriter(context.kube), resync_interval=resync), context.nc)]

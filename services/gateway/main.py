@@ -86,6 +86,6 @@ async def start(context: Context) -> list[Runner]:
         context.kube,
         configured_gateway=context.env("JETWAY_GATEWAY") or None,
         epp_image=context.env("JETWAY_EPP_IMAGE", DEFAULT_EPP_IMAGE),
-        resync_interval=float(context.env("JETWAY_RESYNC_SECONDS", "30")),
+        resync_interval=context.resync_interval,
     )
     return [gateway.runner, Runner(control, context.nc)]

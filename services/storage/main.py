@@ -16,5 +16,5 @@ NAME = "storage"
 async def start(context: Context) -> list[Runner]:
     if context.kube is None:
         return [Runner(StorageService(), context.nc)]
-    resync = float(context.env("JETWAY_RESYNC_SECONDS", "30"))
+    resync = context.resync_interval
     return [Runner(StorageService(KubeWriter(context.kube), resync_interval=resync), context.nc)]

@@ -123,7 +123,7 @@ async def start(context: Context) -> list[Runner]:
         allow_link_local=allow_link_local,
         cluster=kube,
         namespace=context.env("JETWAY_WATCH_NAMESPACE") or None,
-        resync_interval=float(context.env("JETWAY_RESYNC_SECONDS", "30")),
+        resync_interval=context.resync_interval,
     )
     sync = watcher.service.cluster
     assert sync is not None

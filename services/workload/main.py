@@ -21,5 +21,5 @@ async def start(context: Context) -> list[Runner]:
     resolver = registry.from_environment(os.environ, cluster=context.kube is not None)  # JETWAY_IMAGE_RESOLUTION
     if context.kube is None:
         return [Runner(WorkloadService(settings=settings, resolver=resolver), context.nc)]
-    resync = float(context.env("JETWAY_RESYNC_SECONDS", "30"))
+    resync = context.resync_interval
     return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync, settings=settings, resolver=resolver), context.nc)]

@@ -6,7 +6,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from runtime.entry import reload_when_changed, sources_stamp
+import pytest
+
+from runtime.entry import reload_when_changed, resync_seconds, sources_stamp
 
 
 async def test_a_changed_source_asks_for_a_restart_and_a_stop_does_not(tmp_path: Path) -> None:
@@ -24,3 +26,11 @@ async def test_a_changed_source_asks_for_a_restart_and_a_stop_does_not(tmp_path:
     idle = asyncio.create_task(reload_when_changed(quiet, tmp_path, interval=0.05))
     quiet.set()
     assert await asyncio.wait_for(idle, 5) is False
+
+
+def test_the_resync_interval_is_read_once_and_a_bad_one_is_named() -> None:
+    assert resync_seconds({}) == 30.0
+    assert resync_seconds({"JETWAY_RESYNC_SECONDS": "2.5"}) == 2.5
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(ValueError, match=r"JETWAY_RESYNC_SECONDS must be a positive number of seconds"):
+            resync_seconds({"JETWAY_RESYNC_SECONDS": bad})
