@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from contracts.events import Decision, Event, StatusCondition, StatusSlice, register
+from contracts.subjects import OBSERVED as OBSERVED  # the facet observations of a resource's objects are recorded on
 from contracts.subjects import Key
 
 CLEANUP_FINALIZER = "airunway.ai/jetway-cleanup"
 DISCOVERY = Key("Cluster", "", "discovery")  # where ApisDiscovered is recorded (by the watcher)
-OBSERVED = "observed"  # the facet observations of a resource's objects are recorded on
 
 
 class DeletionRequested(Event, frozen=True, tag="DeletionRequested.v1"):

@@ -30,7 +30,21 @@ import secrets
 import string
 from dataclasses import dataclass
 
-from contracts.subjects import DLQ_PREFIX, PREFIX, SIGNAL_PREFIX
+from contracts.subjects import (
+    BINDING,
+    DLQ_PREFIX,
+    GATEWAY,
+    GATEWAY_API,
+    OBSERVED,
+    PREFIX,
+    REPORTED,
+    SELECTOR,
+    SIGNAL_PREFIX,
+    SPEC,
+    STORAGE,
+    WATCHER,
+    WORKLOAD,
+)
 
 EVENTS_STREAM = "JETWAY_EVENTS"  # runtime.bus's names (contracts cannot import runtime; a test keeps them equal)
 DLQ_STREAM = "JETWAY_DLQ"
@@ -83,23 +97,23 @@ SERVICES: tuple[ServiceUser, ...] = (
         "watcher",
         ("watcher",),
         (
-            Writes("spec", JETWAY_KINDS),  # ingest and the standalone apply API
-            Writes("watcher", (*JETWAY_KINDS, "Cluster")),  # refusals; discovery (Cluster/discovery)
-            Writes("reported", PROVIDER_CONFIGS),  # a provider's own status
-            Writes("observed", (*OWNERS, "Gateway")),  # owned objects on their owner; Gateways on themselves
+            Writes(SPEC, JETWAY_KINDS),  # ingest and the standalone apply API
+            Writes(WATCHER, (*JETWAY_KINDS, "Cluster")),  # refusals; discovery (Cluster/discovery)
+            Writes(REPORTED, PROVIDER_CONFIGS),  # a provider's own status
+            Writes(OBSERVED, (*OWNERS, "Gateway")),  # owned objects on their owner; Gateways on themselves
         ),
         subscribes=(PROBE_SIGNALS,),
     ),
-    ServiceUser("selector", ("selector",), (Writes("selector", ("ModelDeployment", "InferenceProviderConfig")),)),
-    ServiceUser("storage", ("storage",), (Writes("storage", ("ModelDeployment",)),)),
-    ServiceUser("workload", ("workload",), (Writes("workload", ("ModelDeployment", "InferenceProviderConfig")),)),
+    ServiceUser("selector", ("selector",), (Writes(SELECTOR, ("ModelDeployment", "InferenceProviderConfig")),)),
+    ServiceUser("storage", ("storage",), (Writes(STORAGE, ("ModelDeployment",)),)),
+    ServiceUser("workload", ("workload",), (Writes(WORKLOAD, ("ModelDeployment", "InferenceProviderConfig")),)),
     ServiceUser(
         "gateway",
         ("gateway", "gateway-api"),  # the router's prober and, in a cluster, the Gateway API control plane
-        (Writes("gateway", ("InferencePoolMember",)), Writes("gateway-api", ("ModelDeployment",))),
+        (Writes(GATEWAY, ("InferencePoolMember",)), Writes(GATEWAY_API, ("ModelDeployment",))),
         publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS),  # probe times for the watcher; requests to compute agents
     ),
-    ServiceUser("binding", ("binding",), (Writes("binding", ("AgentDeployment", "AgentProviderConfig")),)),
+    ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
 )
 
 

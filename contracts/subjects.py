@@ -22,6 +22,16 @@ PREFIX = "jetway.evt"
 DLQ_PREFIX = "jetway.dlq"
 SIGNAL_PREFIX = "jetway.signal"
 SPEC = "spec"
+# The other facets, each with exactly one writer (contracts/natsauth.py has the server enforce it).
+WATCHER = "watcher"  # the watcher: refusals, API discovery
+REPORTED = "reported"  # the watcher: a provider config's own status, as applied
+OBSERVED = "observed"  # the watcher: what the cluster shows of a resource's objects
+SELECTOR = "selector"
+STORAGE = "storage"
+WORKLOAD = "workload"
+GATEWAY = "gateway"  # the router's prober: pool members' health
+GATEWAY_API = "gateway-api"  # the Gateway API control plane
+BINDING = "binding"
 NO_NAMESPACE = "_"
 _SAFE = re.compile(rb"[A-Za-z0-9-]")
 _ESCAPE = re.compile(r"_([0-9A-F]{2})")

@@ -10,7 +10,7 @@ from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import carried, same_decision
 from contracts.events import Envelope, StatusCondition, StatusSlice, Withdrawn
 from contracts.objects import ref
-from contracts.subjects import Key, kind_filter
+from contracts.subjects import GATEWAY_API, WORKLOAD, Key, kind_filter
 from runtime.kube import KubeError
 from runtime.kubewriter import NotServed, ResourceConflict
 from runtime.service import Effects, Service
@@ -41,8 +41,8 @@ class BindingService(Service):
         kind_filter("AgentProviderConfig", REPORTED),
         kind_filter("AgentProviderConfig", SELF),
         kind_filter("ModelDeployment"),
-        kind_filter("ModelDeployment", "workload"),
-        kind_filter("ModelDeployment", "gateway-api"),
+        kind_filter("ModelDeployment", WORKLOAD),
+        kind_filter("ModelDeployment", GATEWAY_API),
         kind_filter("Gateway", OBSERVED),
         DISCOVERY.subject("watcher"),
     )

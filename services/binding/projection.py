@@ -12,11 +12,10 @@ from contracts.events import Decision, Envelope, ResourceApplied, ResourceDelete
 from contracts.gatewayapi import GatewayView
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import PAUSED
-from contracts.subjects import SPEC, Key
+from contracts.subjects import BINDING, GATEWAY_API, REPORTED, SPEC, WORKLOAD, Key
 from services.binding.decide import ModelView
 
-SELF = "binding"
-REPORTED = "reported"
+SELF = BINDING
 
 
 @dataclass
@@ -140,9 +139,9 @@ class BindingState:
             elif isinstance(event, ResourceDeleted):
                 self.models.pop(where, None)
         elif model is not None and isinstance(event, Decision):
-            if envelope.facet == "gateway-api":
+            if envelope.facet == GATEWAY_API:
                 gateway = event.status.fields.get("gateway")
                 model.gateway = dict(gateway) if isinstance(gateway, dict) and not isinstance(event, Withdrawn) else {}
-            elif envelope.facet == "workload":
+            elif envelope.facet == WORKLOAD:
                 endpoint = event.status.fields.get("endpoint")
                 model.endpoint = dict(endpoint) if isinstance(endpoint, dict) and not isinstance(event, Withdrawn) else None

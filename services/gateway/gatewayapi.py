@@ -19,7 +19,7 @@ from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView
 from contracts.objects import ref as reference
 from contracts.providerconfig import EngineGateway
-from contracts.subjects import Key, kind_filter
+from contracts.subjects import GATEWAY_API, SELECTOR, WORKLOAD, Key, kind_filter
 from runtime.kube import Kube, KubeError
 from runtime.kubewriter import KubeWriter, NotServed, ResourceConflict
 from runtime.service import Effects, Service
@@ -27,15 +27,15 @@ from services.gateway import control
 from services.gateway.projection import GatewayApiState, RoutedDeployment
 
 log = logging.getLogger("jetway.gateway.control")
-SELF = "gateway-api"
+SELF = GATEWAY_API
 
 
 class GatewayApiService(Service):
     name = SELF
     consumes = (
         kind_filter("ModelDeployment"),
-        kind_filter("ModelDeployment", "selector"),
-        kind_filter("ModelDeployment", "workload"),
+        kind_filter("ModelDeployment", SELECTOR),
+        kind_filter("ModelDeployment", WORKLOAD),
         kind_filter("ModelDeployment", OBSERVED),
         kind_filter("ModelDeployment", SELF),
         kind_filter("InferenceProviderConfig"),

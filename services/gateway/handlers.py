@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from contracts.conditions import carried, same_decision
 from contracts.events import Envelope
 from contracts.gateway import PROBE_SIGNALS, probe_signal
-from contracts.subjects import Key, kind_filter
+from contracts.subjects import SPEC, Key, kind_filter
 from runtime.service import Effects, Runner, Service
 from services.gateway import decide
 from services.gateway.probe import Prober
@@ -38,7 +38,7 @@ class GatewayService(Service):
         return self.members
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
-        return (envelope.key,) if envelope.facet == "spec" else ()
+        return (envelope.key,) if envelope.facet == SPEC else ()
 
     def keys(self) -> Iterable[Key]:
         return list(self.members.items)

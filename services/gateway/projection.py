@@ -15,7 +15,7 @@ from contracts.objects import PAUSED
 from contracts.pipeline import ProviderSelected
 from contracts.poolmember import InferencePoolMemberSpec
 from contracts.providerconfig import InferenceProviderConfigSpec
-from contracts.subjects import SPEC, Key
+from contracts.subjects import SELECTOR, SPEC, WORKLOAD, Key
 
 # A change to any of these means the last probe no longer speaks for the member.
 CONNECTION_FIELDS = ("backend", "url", "authSecretRef", "caFileRef", "transport", "computeOperatorRef")
@@ -193,9 +193,9 @@ class GatewayApiState:
             return
         if deployment is None:
             return
-        if envelope.facet == "selector" and isinstance(event, ProviderSelected):
+        if envelope.facet == SELECTOR and isinstance(event, ProviderSelected):
             deployment.selection = event
-        elif envelope.facet == "workload" and isinstance(event, Decision):
+        elif envelope.facet == WORKLOAD and isinstance(event, Decision):
             deployment.workload = event
         elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
             deployment.observed[(event.object_kind, event.object_name)] = event

@@ -9,10 +9,10 @@ from contracts.events import Decision, Envelope, ResourceApplied, ResourceDelete
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ProviderSelected, SelectionFailed
 from contracts.providerconfig import InferenceProviderConfigSpec
-from contracts.subjects import SPEC, Key
+from contracts.subjects import SELECTOR, SPEC, Key
 from services.selector.decide import Provider
 
-SELF = "selector"
+SELF = SELECTOR
 
 
 @dataclass

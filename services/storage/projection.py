@@ -11,10 +11,10 @@ from contracts.events import Decision, Envelope, ResourceApplied, ResourceDelete
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import PAUSED
 from contracts.rules import modeldeployment as md_rules
-from contracts.subjects import SPEC, Key
+from contracts.subjects import SPEC, STORAGE, Key
 from services.storage.decide import Observed, job_outcome
 
-SELF = "storage"
+SELF = STORAGE
 
 
 @dataclass

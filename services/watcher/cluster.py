@@ -39,7 +39,7 @@ from contracts.conditions import same_decision
 from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
 from contracts.kinds import KINDS
 from contracts.objects import MANAGED_SELECTOR
-from contracts.subjects import SPEC, Key
+from contracts.subjects import BINDING, REPORTED, SPEC, WATCHER, WORKLOAD, Key
 from runtime.kube import EventTooLarge, Gone, Kube, KubeError, NotFound
 from runtime.resources import condition_dict
 from services.watcher import ingest, status
@@ -48,8 +48,7 @@ if TYPE_CHECKING:
     from services.watcher.handlers import WatcherService
 
 log = logging.getLogger("jetway.watcher.cluster")
-SELF = "watcher"
-REPORTED = "reported"
+SELF = WATCHER
 DESIRED = tuple((info.api_version, info.kind) for info in KINDS.values())
 OWNED = (
     ("apps/v1", "Deployment"),
@@ -359,7 +358,7 @@ class ClusterSync:
         """A provider's own controller reports readiness on its config; Jetway's built-ins report theirs as events."""
         current = self.service.state.resources.items[key]
         fields = ingest.reported(obj)
-        if not fields or current.decision("workload") is not None or current.decision("binding") is not None:
+        if not fields or current.decision(WORKLOAD) is not None or current.decision(BINDING) is not None:
             return
         last = current.decision(REPORTED)
         if last is None or last.status.fields != fields:

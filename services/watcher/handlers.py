@@ -20,7 +20,7 @@ from contracts.modeldeployment import ModelDeployment
 from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
-from contracts.subjects import ALL_EVENTS, SPEC, Key
+from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, Key
 from runtime.eventstore import Conflict, EventTooLarge
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from services.watcher.cluster import ClusterSync
 
 log = logging.getLogger("jetway.watcher")
-REPORTED = "reported"  # the facet of a status a provider config was applied with
 REPORTING_KINDS = ("InferenceProviderConfig", "AgentProviderConfig")
 
 

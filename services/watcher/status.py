@@ -19,10 +19,11 @@ from pydantic import BaseModel
 
 from contracts.events import StatusCondition
 from contracts.kinds import KINDS
+from contracts.subjects import REPORTED
 from runtime.resources import PHASED_KINDS, ResourceState, condition_dict
 
 COMPOSER = "status"  # the field manager of phase, message and observedGeneration
-FROM_CLUSTER = ("reported",)  # facets recorded from the cluster's own status: never written back
+FROM_CLUSTER = (REPORTED,)  # facets recorded from the cluster's own status: never written back
 CLEANUP_GRACE = timedelta(minutes=5)  # after this long Terminating, the finalizer goes anyway (as AI Runway does)
 
 

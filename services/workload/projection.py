@@ -19,9 +19,9 @@ from contracts.pipeline import (
     WorkloadRendered,
     WorkloadWithdrawn,
 )
-from contracts.subjects import SPEC, Key
+from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WORKLOAD, Key
 
-SELF = "workload"
+SELF = WORKLOAD
 
 
 @dataclass
@@ -94,11 +94,11 @@ class WorkloadState:
                 if deployment.rendered is None:
                     self.deployments.pop(key, None)  # nothing of it out there: forget it
         elif deployment is not None:
-            if envelope.facet == "observed" and isinstance(event, ObjectObserved):
+            if envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
                 deployment.observed[(event.object_kind, event.object_name)] = event
-            elif envelope.facet == "selector" and isinstance(event, ProviderSelected | SelectionFailed):
+            elif envelope.facet == SELECTOR and isinstance(event, ProviderSelected | SelectionFailed):
                 deployment.selection = event
-            elif envelope.facet == "storage" and isinstance(event, StoragePlanned | StorageInvalid):
+            elif envelope.facet == STORAGE and isinstance(event, StoragePlanned | StorageInvalid):
                 deployment.storage = event
             elif envelope.facet == SELF and isinstance(event, Decision):
                 deployment.last = event
