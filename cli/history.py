@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
@@ -67,6 +68,29 @@ def as_json(item: Item) -> str:
     return json.dumps(body, default=str)
 
 
+EXPECTED_HEADER = "Nats-Expected-Last-Subject-Sequence"
+
+
+def trimmed_notices(items: list[Item], expected: dict[str, int], first_seq: int, per_facet: int) -> list[str]:
+    """Where the history shown does not start at the beginning: the stream's first stored sequence is past 1
+    (older events were removed), or a facet's first stored event was appended after an earlier one of that
+    facet (its expected last sequence, a NATS header every service's append carries, is not 0)."""
+    notices = []
+    if first_seq > 1:
+        notices.append(f"# history trimmed: the stream no longer holds events before sequence {first_seq}")
+    kept = f"the stream keeps the latest {per_facet} events of each facet" if per_facet > 0 else "removed by a limit or a purge"
+    seen: set[str] = set()
+    for item in items:
+        if item.subject in seen:
+            continue
+        seen.add(item.subject)
+        before = expected.get(item.subject, 0)
+        if before > 0:
+            where = item.subject if isinstance(item, Undecodable) else f"{item.key} [{item.facet}]"
+            notices.append(f"# history trimmed: {where} had events before sequence {item.seq} that are no longer stored ({kept})")
+    return notices
+
+
 async def events(
     url: str, ref: str | None, namespace: str | None, since: str | None, follow: bool, output: str, out: TextIO = sys.stdout
 ) -> int:
@@ -75,7 +99,7 @@ async def events(
     nc = await connect(url, name="jetway-cli", connect_timeout=5)
     try:
         store = EventStore(nc, producer="cli")
-        await ensure_streams(store.js)
+        await ensure_streams(store.js, update=False)  # a reader never changes the services' retention
         render = as_json if output == "json" else line
         if output != "json":
             print(f"{'SEQ':>7}  {'TIME':<23}  {'TYPE':<24}  RESOURCE [FACET by PRODUCER]  SUMMARY", file=out)
@@ -86,7 +110,20 @@ async def events(
             async for item in store.follow(subject, since_seq=since_seq):
                 print(render(item), file=out, flush=True)
             return 0
-        items = await store.read(subject, since_seq=since_seq, since_time=since_time)
+        expected: dict[str, int] = {}
+
+        def first_expected(seq: int, subject: str, headers: Mapping[str, str]) -> None:
+            if subject not in expected:
+                value = headers.get(EXPECTED_HEADER, "0")
+                expected[subject] = int(value) if value.isdigit() else 0
+
+        items: list[Item] = []
+        await store.scan(subject, items.append, since_seq=since_seq, since_time=since_time, on_headers=first_expected)
+        if since_seq is None and since_time is None:  # from the start: say where the start is not the beginning
+            info = await store.js.stream_info(store.stream)
+            notes = trimmed_notices(items, expected, int(info.state.first_seq or 0), int(info.config.max_msgs_per_subject or -1))
+            for note in notes:
+                print(note, file=sys.stderr if output == "json" else out)
         for item in items:
             print(render(item), file=out)
         if not items and output != "json":
@@ -102,7 +139,7 @@ async def replay(url: str, ref: str | None, namespace: str | None, until: str | 
     nc = await connect(url, name="jetway-cli", connect_timeout=5)
     try:
         store = EventStore(nc, producer="cli")
-        await ensure_streams(store.js)
+        await ensure_streams(store.js, update=False)
         resources = Resources()
         unreadable = []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -34,6 +35,10 @@ REPLICATED = 3  # a stream's copies on a cluster: one node may fail and a majori
 # The server's answers to "place 3 replicas" on a single server or too small a cluster.
 CANNOT_REPLICATE = {10074, 10023, 10005}  # replicas not supported non-clustered; insufficient resources; no peers
 STREAMS_UNAVAILABLE = 10008  # JetStream not ready yet (a cluster electing its meta leader)
+# Events kept per facet (subject): JetStream's max_msgs_per_subject drops a facet's oldest event
+# when a new one passes the count, so the latest of every facet is always kept.
+HISTORY_PER_FACET = 64
+HISTORY_ENV = "JETWAY_HISTORY_PER_FACET"  # a positive count, or "unlimited"
 
 
 @dataclass(frozen=True)
@@ -43,9 +48,27 @@ class StreamSettings:
     # 0: as the server allows, 3 on a NATS cluster of three or more nodes, else 1 (ensure_streams
     # asks for 3 and the server says whether it can place them); an existing stream keeps its count.
     replicas: int = 0
-    max_bytes: int = -1  # the event log keeps everything unless an operator caps it
-    max_age: float = 0.0  # seconds; 0 keeps events forever
+    # the latest `history_per_facet` events of every facet are kept; -1 keeps every event
+    history_per_facet: int = HISTORY_PER_FACET
+    max_bytes: int = -1  # no cap unless an operator sets one (a cap drops the oldest events, latest ones too)
+    max_age: float = 0.0  # seconds; 0 keeps events forever (an age drops a facet's latest event too)
     dlq_max_age: float = 14 * 24 * 3600.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> StreamSettings:
+        """JETWAY_HISTORY_PER_FACET: a positive count or "unlimited"; a bad value is a ValueError naming it."""
+        text = environ.get(HISTORY_ENV, "").strip().lower()
+        if not text:
+            return cls()
+        if text == "unlimited":
+            return cls(history_per_facet=-1)
+        try:
+            count = int(text)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ValueError(f"{HISTORY_ENV} must be a positive number of events or 'unlimited', not {text!r}")
+        return cls(history_per_facet=count)
 
     def events(self) -> StreamConfig:
         return StreamConfig(
@@ -57,6 +80,7 @@ class StreamSettings:
             num_replicas=self.replicas or REPLICATED,
             max_bytes=self.max_bytes,
             max_age=self.max_age,
+            max_msgs_per_subject=self.history_per_facet,
             discard=DiscardPolicy.OLD,
             duplicate_window=DUPLICATE_WINDOW,
             allow_direct=True,
@@ -82,6 +106,12 @@ class StreamSettings:
 # subject (a 253-character member name of 4-byte characters, hex-escaped) is about 3,100 bytes:
 # this leaves room for the verb, the reply inbox, the sizes and JetStream's API prefixes.
 MAX_SUBJECT_BYTES = 3584
+
+
+@functools.cache
+def streams_from_env() -> StreamSettings:
+    """The process's stream settings, read from its environment once (runtime/entry.py stops a bad start)."""
+    return StreamSettings.from_env()
 
 
 class SubjectTooLong(BadSubjectError):
@@ -232,15 +262,19 @@ def redacted(url: str) -> str:
     return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}" if sep else url.rsplit("@", 1)[-1]
 
 
-async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None, *, timeout: float = 30.0) -> None:
-    """Create or update the event and dead-letter streams; a cluster still electing its leaders is waited for."""
-    settings = settings or StreamSettings()
+async def ensure_streams(
+    js: JetStreamContext, settings: StreamSettings | None = None, *, timeout: float = 30.0, update: bool = True
+) -> None:
+    """Create or update the event and dead-letter streams; a cluster still electing its leaders is waited for.
+
+    `update=False` only creates what is missing: a reader (the CLI) never changes the services' retention."""
+    settings = settings or streams_from_env()
     deadline = asyncio.get_running_loop().time() + timeout
     delay = 0.1
     while True:
         try:
             for config in (settings.events(), settings.dead_letters()):
-                await _ensure_stream(js, config, auto_replicas=settings.replicas == 0)
+                await _ensure_stream(js, config, auto_replicas=settings.replicas == 0, update=update)
             return
         except (TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError, BadRequestError) as exc:
             transient = not isinstance(exc, BadRequestError) or exc.err_code == STREAMS_UNAVAILABLE
@@ -251,7 +285,7 @@ async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None =
             delay = min(delay * 2, 2.0)
 
 
-async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool) -> None:
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, update: bool = True) -> None:
     try:
         info = await js.stream_info(str(config.name))
     except NotFoundError:
@@ -270,10 +304,21 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_rep
         return
     if auto_replicas:
         config.num_replicas = info.config.num_replicas  # an operator (or the first start) chose it; keep it
-    if _differs(info.config, config):
+    if update and _differs(info.config, config):
+        log.info("stream %s: updating its settings (retention, limits or replicas changed)", config.name)
         await js.update_stream(config)
 
 
 def _differs(current: StreamConfig, wanted: StreamConfig) -> bool:
-    fields = ("subjects", "num_replicas", "max_bytes", "max_age", "duplicate_window", "allow_direct", "deny_delete", "deny_purge")
+    fields = (
+        "subjects",
+        "num_replicas",
+        "max_bytes",
+        "max_age",
+        "max_msgs_per_subject",
+        "duplicate_window",
+        "allow_direct",
+        "deny_delete",
+        "deny_purge",
+    )
     return any(getattr(current, f) != getattr(wanted, f) for f in fields)

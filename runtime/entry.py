@@ -29,7 +29,7 @@ from aiohttp import web
 from nats.aio.client import Client
 
 from runtime import logs, telemetry
-from runtime.bus import Credentials, connect
+from runtime.bus import Credentials, connect, streams_from_env
 from runtime.kube import Kube
 from runtime.process import settle_heap
 from runtime.service import Runner, run_until_stopped
@@ -123,6 +123,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
     telemetry.setup(name)
     try:
         settings_from_env()  # read once, here: a bad value stops the start, naming the variable
+        streams_from_env()
         resync = resync_seconds(os.environ)
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None

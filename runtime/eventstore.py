@@ -16,7 +16,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -204,13 +204,16 @@ class EventStore:
         until_time: datetime | None = None,
         last_per_subject: bool = False,
         select: Callable[[str], bool] | None = None,
+        on_headers: Callable[[int, str, Mapping[str, str]], None] | None = None,
         timeout: float = 120.0,
     ) -> int:
         """Deliver every matching event in stream order to `on_item`; returns the last sequence seen.
 
         Stops at the stream's end as of the call (events appended meanwhile are left to the
         caller's consumer), or at `until_seq` / `until_time`. `select` drops subjects before
-        they are decoded (a caller reading a broad filter for speed, see Runner).
+        they are decoded (a caller reading a broad filter for speed, see Runner). `on_headers` hears
+        each delivered event's sequence, subject and NATS headers (`jetway events` reads the expected
+        sequence there, to tell a trimmed history).
         """
         subjects = [filters] if isinstance(filters, str) else list(filters)
         end = await self.stream_last_seq()
@@ -243,6 +246,8 @@ class EventStore:
                 return
             try:
                 if select is None or select(msg.subject):
+                    if on_headers is not None:
+                        on_headers(seq, msg.subject, msg.headers or {})
                     on_item(decode_msg(msg))
             except Exception as exc:  # the fold failed: stop and report it to the caller
                 failure.append(exc)

@@ -52,7 +52,7 @@ from opentelemetry.trace import Status, StatusCode
 from contracts.events import Envelope, Event, UndecodableEvent, decode, type_tag
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, PREFIX, Key, matcher
 from runtime import telemetry
-from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, streams_from_env
 from runtime.eventstore import Conflict, EventStore, Item, Undecodable, msg_seq
 from runtime.snapshots import Codec, Restored, SnapshotSettings, SnapshotStore, Unusable, settings_from_env
 
@@ -102,7 +102,7 @@ class RunnerSettings:
     backoff: tuple[float, ...] = (0.2, 1.0, 2.0, 5.0, 10.0)
     concurrency: int = 16
     conflict_retries: int = 5
-    streams: StreamSettings = field(default_factory=StreamSettings)
+    streams: StreamSettings = field(default_factory=streams_from_env)  # JETWAY_HISTORY_PER_FACET, read once
     snapshots: SnapshotSettings = field(default_factory=settings_from_env)  # JETWAY_SNAPSHOT_*, read once
 
 
