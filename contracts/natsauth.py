@@ -150,6 +150,8 @@ def jetstream_subjects(service: ServiceUser) -> list[str]:
         f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.*",
         # The last event of a subject (an append's conflict check): the subject is the request's, any.
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>",
+        # The next stored event from a sequence (the runner tells trimmed history from a shared consumer).
+        f"$JS.API.DIRECT.GET.{EVENTS_STREAM}",
         # Flow-control answers of those ordered consumers (`$JS.FC.<stream>.<consumer>.<token>`).
         f"$JS.FC.{EVENTS_STREAM}.>",
     ]

@@ -471,6 +471,15 @@ class Runner:
         log.error("event dead-lettered", extra={"service": self.service.name, "subject": msg.subject, "reason": reason})
         await msg.term()
 
+    async def _held_between(self, first: int, until: int) -> bool:
+        """Whether the stream still holds an event at a sequence in [first, until): one another consumer
+        of ours was given. When unsure (NATS did not answer), yes: a snapshot is only skipped."""
+        try:
+            found = await self.js.get_msg(EVENTS_STREAM, seq=first, next=True, subject=ALL_EVENTS, direct=True)
+        except Exception:  # any failure reads as "held": the safe side
+            return True
+        return found.seq is not None and found.seq < until
+
     async def handle_batch(self, msgs: list[Msg]) -> None:
         started = time.perf_counter()
         pending: list[tuple[Msg, Envelope, list[Key]]] = []  # message, its event, the keys it affects
@@ -479,8 +488,10 @@ class Runner:
             self.lag = remaining
             # The consumer delivers every sequence in order (a redelivery is behind, folded already): once the
             # next one is folded or skipped below, before the next await, everything up to it is.
-            covered = seq if seq == self.covered + 1 else self.covered
-            if seq > self.covered + 1 and not self.gapped:
+            # Sequences the stream no longer holds (a facet's history trimmed, runtime/bus.py) are not a gap.
+            trimmed = seq > self.covered + 1 and not self.gapped and not await self._held_between(self.covered + 1, seq)
+            covered = seq if seq == self.covered + 1 or trimmed else self.covered
+            if seq > self.covered + 1 and not trimmed and not self.gapped:
                 # A replica sharing the consumer was given the events between: this projection now holds events
                 # folded without those before them, which no replay of a snapshot of it would reproduce.
                 self.gapped = True

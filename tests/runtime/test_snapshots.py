@@ -20,7 +20,7 @@ from contracts.cluster import DISCOVERY, OBSERVED, ApisDiscovered, DeletionReque
 from contracts.events import ResourceApplied, ResourceDeleted, new_envelope
 from contracts.natsauth import SNAPSHOT_BUCKET_PREFIX
 from contracts.subjects import Key
-from runtime.bus import EVENTS_STREAM, ensure_streams
+from runtime.bus import EVENTS_STREAM, StreamSettings, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.kube import Kube
 from runtime.resources import Resources
@@ -288,6 +288,29 @@ async def test_a_replica_sharing_the_consumer_stops_snapshotting_at_the_first_ev
     restored = await rebuilt("selector", client, FileSecrets(tmp_path), OFTEN)
     full = await rebuilt("selector", client, FileSecrets(tmp_path), NEVER)
     assert restored.service.projection() == full.service.projection() and len(full.service.projection().providers) == 60
+
+
+async def test_history_trimmed_between_deliveries_is_no_gap_and_snapshots_go_on(client: Client, tmp_path: Path) -> None:
+    """Bounded history (runtime/bus.py) deletes a facet's older events, some before the consumer is given
+    them: sequences missing from the stream are not events another replica was given, so the runner keeps
+    snapshotting."""
+    await ensure_streams(client.jetstream(), StreamSettings(history_per_facet=1))
+    runner = Runner(SelectorService(), client, OFTEN)
+    task = asyncio.create_task(runner.run())
+    try:
+        await asyncio.wait_for(runner.ready.wait(), 20)
+        store = EventStore(client, producer="watcher")
+        key = Key("InferenceProviderConfig", "", "p0")
+        # one facet replaced far faster than the consumer folds it: most are trimmed before delivery
+        await asyncio.gather(*(store.append(key.subject(), ResourceApplied(key.kind, "", "p0", n, IPC["spec"])) for n in range(1, 301)))
+        await eventually(lambda: settled(client, [runner]), timeout=30, message="caught up")
+        info = await client.jetstream().stream_info(EVENTS_STREAM)
+        assert info.state.first_seq > 1, "nothing was trimmed: the test would prove nothing"
+        assert not runner.gapped
+        assert runner.snapshot_now() is not None
+    finally:
+        runner.stop()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 @dataclasses.dataclass
