@@ -32,6 +32,13 @@ def _replay(args: argparse.Namespace) -> int:
     from cli import history
 
     try:
+        if args.rerun:
+            problem = history.rerun_problem(args.rerun)
+            if problem is not None:
+                print(f"error: {problem}", file=sys.stderr)
+                return 2
+            url = nats_url(args.nats, args.data_dir)
+            return history.run(history.rerun(url, args.rerun, args.ref, args.namespace, args.until, args.output))
         url = nats_url(args.nats, args.data_dir)
         return history.run(history.replay(url, args.ref, args.namespace, args.until, args.output))
     except (NotRunning, BadReference, ValueError) as exc:
@@ -301,5 +308,11 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     p = sub.add_parser("replay", help="rebuild state from the stream as of a point and print it")
     p.add_argument("ref", nargs="?", metavar="KIND[/NAME]")
     p.add_argument("--until", metavar="SEQ|TIME", help="stop at this sequence, RFC 3339 time, or age (default: now)")
+    p.add_argument(
+        "--rerun",
+        metavar="SERVICE",
+        help="feed the recorded inputs to the installed SERVICE (selector, storage, workload, binding) and print, per "
+        "resource, where its decisions differ from the recorded ones (exit 1 when any does); nothing is written",
+    )
     _stream_options(p)
     p.set_defaults(handler=_replay)

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 import yaml
 
 from cli.refs import parse_kind, parse_ref
+from contracts.cluster import DISCOVERY
 from contracts.events import Envelope, summary
-from contracts.subjects import ALL_EVENTS, Key, kind_filter
+from contracts.subjects import ALL_EVENTS, OBSERVED, WATCHER, Key, kind_filter, matcher
 from runtime.bus import connect, ensure_streams
 from runtime.eventstore import EventStore, Item, Undecodable
 from runtime.resources import Resources
+
+if TYPE_CHECKING:
+    from runtime.service import Service
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -167,6 +172,123 @@ async def replay(url: str, ref: str | None, namespace: str | None, until: str | 
         return 0
     finally:
         await nc.close()
+
+
+# --- jetway replay --rerun SERVICE ------------------------------------------------------------
+
+CANNOT_RERUN = {
+    "watcher": "its inputs are requests to the apply API and what the cluster shows, not events in the stream",
+    "gateway": "it decides a member's health from live probes of the member, which the stream does not hold",
+    "gateway-api": "it reads the cluster (the InferencePool it finds there) while deciding",
+}
+
+
+def _rerunnable(cluster: bool) -> dict[str, Callable[[], Service]]:
+    """Each service as its one-service process builds it, writing nothing (runtime/rerun.py DryWriter)."""
+    from runtime.rerun import DryWriter
+    from services.binding.handlers import BindingService
+    from services.selector.handlers import SelectorService
+    from services.storage.handlers import StorageService
+    from services.workload import render
+    from services.workload.handlers import WorkloadService
+
+    return {
+        "selector": SelectorService,
+        "storage": lambda: StorageService(DryWriter(cluster)),
+        # image resolution off: a registry is not asked (a decision that needed a new lookup shows as a difference)
+        "workload": lambda: WorkloadService(DryWriter(cluster), settings=render.settings(os.environ)),
+        "binding": lambda: BindingService(DryWriter(cluster)),
+    }
+
+
+RERUNNABLE = ("selector", "storage", "workload", "binding")
+
+
+def rerun_problem(name: str) -> str | None:
+    """Why SERVICE cannot be rerun, or None."""
+    if name in RERUNNABLE:
+        return None
+    if name in CANNOT_RERUN:
+        return f"{name} cannot be rerun offline: {CANNOT_RERUN[name]} (these can: {', '.join(RERUNNABLE)})"
+    return f"unknown service {name!r} (these can be rerun: {', '.join(RERUNNABLE)}; not offline: {', '.join(CANNOT_RERUN)})"
+
+
+def _cluster_marker(subject: str) -> bool:
+    """Events only a watcher in Kubernetes mode records: the APIs the cluster serves, what it shows of objects."""
+    return subject == DISCOVERY.subject(WATCHER) or subject.endswith(f".{OBSERVED}")
+
+
+def _resources(ref: str | None, namespace: str | None) -> Callable[[Key], bool] | None:
+    """Which resources' decisions to compare: every one, those of a kind, or one."""
+    if not ref:
+        return None
+    if "/" not in ref:
+        kind = parse_kind(ref).kind
+        return lambda key: key.kind == kind
+    target = parse_ref(ref, namespace)
+    return lambda key: key == target
+
+
+async def rerun(
+    url: str, name: str, ref: str | None, namespace: str | None, until: str | None, output: str, out: TextIO = sys.stdout
+) -> int:
+    """Feed the recorded inputs to the installed SERVICE; print where its decisions differ. Exit 1 when any does."""
+    from runtime import rerun as engine
+
+    problem = rerun_problem(name)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    until_seq, until_time = parse_point(until) if until else (None, None)
+    only = _resources(ref, namespace)
+    nc = await connect(url, name="jetway-cli", connect_timeout=5)
+    try:
+        store = EventStore(nc, producer="cli")
+        await ensure_streams(store.js, update=False)
+        wanted = matcher(engine.filters_of(_rerunnable(False)[name]()))  # what its runner reads
+        items: list[Envelope] = []
+        unreadable: list[Undecodable] = []
+        cluster = False
+
+        def keep(item: Item) -> None:
+            nonlocal cluster
+            if _cluster_marker(item.subject):
+                cluster = True
+            if isinstance(item, Undecodable):
+                unreadable.append(item)
+            elif wanted.match(item.subject):
+                items.append(item)
+
+        def select(subject: str) -> bool:
+            return wanted.match(subject) is not None or _cluster_marker(subject)
+
+        last = await store.scan(ALL_EVENTS, keep, until_seq=until_seq, until_time=until_time, select=select)
+        service = _rerunnable(cluster)[name]()
+        outcome = await engine.rerun(service, items, only=only)
+    finally:
+        await nc.close()
+    mode = "cluster" if cluster else "standalone"
+    differing = outcome.differing
+    summary_line = f"# {len(outcome.comparisons)} decisions compared, {len(differing)} differ"
+    if output == "json":
+        body = {
+            "service": name,
+            "until_seq": last,
+            "mode": mode,
+            "compared": len(outcome.comparisons),
+            "differ": [engine.as_json(c) for c in differing],
+        }
+        print(json.dumps(body, indent=2, default=str), file=out)
+        return 1 if differing else 0
+    print(f"# {name} (installed code) rerun over the stream through sequence {last}, {mode}: {len(items)} events it reads", file=out)
+    for item in unreadable:
+        print(f"# unreadable event at {item.seq} ({item.subject}): {item.reason}", file=out)
+    if outcome.fold_failures:
+        print(f"# {outcome.fold_failures} events could not be folded (the service dead-letters those): skipped", file=out)
+    for comparison in differing:
+        print("\n".join(engine.render(comparison, name)), file=out)
+    print(summary_line, file=out)
+    return 1 if differing else 0
 
 
 def run(coro: Any) -> int:
