@@ -112,3 +112,30 @@ class RenderFailed(Decision, frozen=True, tag="RenderFailed.v1"):
 
 
 register(ProviderSelected, SelectionFailed, StoragePlanned, StorageInvalid, WorkloadRendered, WorkloadWithdrawn, RenderFailed)
+
+
+# --- the selector's verdict on a provider config's selection rules ------------------------------
+
+
+class RuleFailure(msgspec.Struct, frozen=True):
+    """A selection rule that failed to evaluate against a deployment's spec (it counted as false)."""
+
+    index: int
+    condition: str
+    error: str
+
+
+class SelectionRulesChecked(Decision, frozen=True, tag="SelectionRulesChecked.v1"):
+    """The selector's `SelectionRulesValid` condition on an InferenceProviderConfig, with the rules that
+    failed to evaluate the last time a deployment was scored against it. The failures are recorded (not
+    only the message) so that a restart or another replica folds them back: they come from scoring
+    deployments, which a provider's own reconcile does not repeat. Streams written before it hold a
+    `StatusReported` on the facet instead: read as no failures."""
+
+    failures: tuple[RuleFailure, ...] = ()
+
+    def describe(self) -> str:
+        return f"{len(self.failures)} rule(s) failed to evaluate" if self.failures else ""
+
+
+register(SelectionRulesChecked)

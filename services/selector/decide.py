@@ -18,6 +18,7 @@ selection anyway (written without admission) is followed as written.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ import msgspec
 
 from contracts.events import StatusCondition, StatusSlice
 from contracts.modeldeployment import ENGINE_PREFERENCE, ModelDeployment
-from contracts.pipeline import ProviderSelected, SelectionFailed
+from contracts.pipeline import ProviderSelected, RuleFailure, SelectionFailed
 from contracts.providerconfig import EngineCapability, InferenceProviderConfigSpec
 from contracts.rules import dynamo as dynamo_rules
 from contracts.rules import modeldeployment as md_rules
@@ -41,13 +42,6 @@ class Provider:
 
     def engine(self, name: str) -> EngineCapability | None:
         return self.spec.capabilities.engine(name) if self.spec.capabilities else None
-
-
-@dataclass(frozen=True)
-class RuleFailure:
-    index: int
-    condition: str
-    error: str
 
 
 @dataclass
@@ -290,7 +284,7 @@ def select(md: ModelDeployment, generation: int, previous: ProviderSelected | No
     return Outcome(decision, rule_failures)
 
 
-def rules_status(provider: Provider, failures: list[RuleFailure], generation: int) -> StatusSlice:
+def rules_status(provider: Provider, failures: Sequence[RuleFailure], generation: int) -> StatusSlice:
     """The `SelectionRulesValid` condition a provider config carries: which rule failed, and how."""
     compile_errors = [
         RuleFailure(i, r.condition, error) for i, r in enumerate(provider.spec.selectionRules or []) if (error := _program(r.condition)[1])

@@ -1,13 +1,17 @@
-"""The selector service: a selection per deployment, re-run when providers change."""
+"""The selector service: a selection per deployment, re-run when providers change.
+
+Scoring a deployment evaluates each candidate provider's selection rules; a rule that fails to
+evaluate is reported on the provider (`SelectionRulesValid`) in a `SelectionRulesChecked` that
+carries the failures, and the projection folds them back from it: no state outside the log."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from contracts.conditions import carried, same_decision
-from contracts.events import Envelope, StatusReported
+from contracts.events import Envelope
 from contracts.objects import PAUSED
-from contracts.pipeline import ProviderSelected, SelectionFailed
+from contracts.pipeline import ProviderSelected, RuleFailure, SelectionFailed, SelectionRulesChecked
 from contracts.subjects import SPEC, Key, kind_filter
 from runtime.service import Effects, Service
 from services.selector import decide
@@ -20,7 +24,6 @@ class SelectorService(Service):
 
     def __init__(self) -> None:
         self.state = SelectorState()
-        self.rule_failures: dict[str, list[decide.RuleFailure]] = {}
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
@@ -52,19 +55,22 @@ class SelectorService(Service):
         previous = deployment.decision if isinstance(deployment.decision, ProviderSelected) else None
         outcome = decide.select(deployment.md, deployment.generation, previous, self.state.views())
         for provider, failures in outcome.rule_failures.items():
-            if failures != self.rule_failures.get(provider):
-                self.rule_failures[provider] = failures
-                await self._reconcile_provider(Key("InferenceProviderConfig", "", provider), effects)
+            config = self.state.providers.get(provider)
+            if config is not None and tuple(failures) != config.rule_failures:
+                await self._reconcile_provider(Key("InferenceProviderConfig", "", provider), effects, tuple(failures))
         decision = carried(outcome.decision, deployment.decision)
         if not same_decision(decision, deployment.decision):
             await effects.emit(key, decision)
 
-    async def _reconcile_provider(self, key: Key, effects: Effects) -> None:
+    async def _reconcile_provider(self, key: Key, effects: Effects, failures: tuple[RuleFailure, ...] | None = None) -> None:
+        """Record the provider's SelectionRulesValid: with `failures` just found by scoring a deployment, else
+        with those last recorded."""
         provider = self.state.providers.get(key.name)
         if provider is None:
             return
-        slice_ = decide.rules_status(provider.view(), self.rule_failures.get(key.name, []), provider.generation)
-        decision = carried(StatusReported(generation=provider.generation, status=slice_), provider.rules_status)
+        failures = provider.rule_failures if failures is None else failures
+        slice_ = decide.rules_status(provider.view(), failures, provider.generation)
+        decision = carried(SelectionRulesChecked(generation=provider.generation, status=slice_, failures=failures), provider.rules_status)
         if not same_decision(decision, provider.rules_status):
             await effects.emit(key, decision)
 

@@ -1,4 +1,8 @@
-"""What the selector knows: deployments, provider configs with their readiness, its own decisions."""
+"""What the selector knows: deployments, provider configs with their readiness, its own decisions.
+
+Everything here is folded from the stream, so a restart or another replica knows the same: the
+rules of a provider that failed to evaluate come from the selector's own `SelectionRulesChecked`
+on the provider (not from memory), and a deleted deployment or provider leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass, field
 from contracts.admission import stored
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
 from contracts.modeldeployment import ModelDeployment
-from contracts.pipeline import ProviderSelected, SelectionFailed
+from contracts.pipeline import ProviderSelected, RuleFailure, SelectionFailed, SelectionRulesChecked
 from contracts.providerconfig import InferenceProviderConfigSpec
 from contracts.subjects import SELECTOR, SPEC, Key
 from services.selector.decide import Provider
@@ -32,6 +36,11 @@ class ProviderConfig:
     rules_status: Decision | None = None  # this service's last SelectionRulesValid decision
 
     @property
+    def rule_failures(self) -> tuple[RuleFailure, ...]:
+        """The rules that failed to evaluate when a deployment was last scored against this provider, as recorded."""
+        return self.rules_status.failures if isinstance(self.rules_status, SelectionRulesChecked) else ()
+
+    @property
     def ready(self) -> bool:
         """The readiness most recently reported, by whoever reports it (the provider, a user's manifest, the cluster)."""
         if not self.reports:
@@ -50,7 +59,7 @@ def model_deployment(event: ResourceApplied) -> ModelDeployment:
 
 @dataclass
 class SelectorState:
-    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
