@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -36,16 +36,14 @@ from contracts.cluster import (
     validation_failed,
 )
 from contracts.conditions import same_decision
-from contracts.events import ResourceDeleted, StatusReported, StatusSlice, Withdrawn
+from contracts.events import Event, ResourceDeleted, StatusReported, StatusSlice, Withdrawn
 from contracts.kinds import KINDS
 from contracts.objects import MANAGED_SELECTOR
 from contracts.subjects import BINDING, REPORTED, SPEC, WATCHER, WORKLOAD, Key
 from runtime.kube import EventTooLarge, Gone, Kube, KubeError, NotFound
 from runtime.resources import condition_dict
 from services.watcher import ingest, status
-
-if TYPE_CHECKING:
-    from services.watcher.handlers import WatcherService
+from services.watcher.projection import WatcherState
 
 log = logging.getLogger("jetway.watcher.cluster")
 SELF = WATCHER
@@ -116,11 +114,31 @@ async def _handling(handled: Awaitable[None]) -> None:
         raise HandlerFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
+class Recorder(Protocol):
+    """What the cluster side needs of the watcher service (handlers.py, which builds on this module, not the
+    other way round): the projection to compare with, and a way to record what the cluster showed."""
+
+    state: WatcherState
+
+    async def record(self, key: Key, event: Event, facet: str) -> None: ...
+
+
 class ClusterSync:
+    """The cluster side of the watcher. Its dicts are caches of what the API server shows, not facts: they are
+    refilled by each follow's first list, so a restart or another replica rebuilds them from the cluster, and
+    nothing is written from them before that list (`reconcile` writes nothing for a resource not listed yet).
+
+    `live`, the last object the API server showed of each of Jetway's resources, stays out of the log on
+    purpose: it is the whole object (spec, status, managedFields) as the cluster holds it, moving with every
+    status write; its resourceVersion guards the finalizer's patch, so it must be the server's latest, which
+    only the list-then-watch can say; and what it adds to the events (spec, labels, deletion) is recorded
+    already, by `ingest`. An event per status write would also echo back as one more write to compare.
+    """
+
     def __init__(
         self,
         kube: Kube,
-        service: WatcherService,
+        service: Recorder,
         *,
         namespace: str | None = None,
         rediscover_interval: float = 60.0,

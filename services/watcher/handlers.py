@@ -1,13 +1,18 @@
-"""The watcher service: folds every event into the resources projection and records applies."""
+"""The watcher service: folds every event into the resources projection and records applies.
+
+Every write (an apply, a delete, what the cluster showed) is an append guarded by its facet's last
+sequence, serialised by one lock and retried after a conflict by one loop (`_guarded`). In Kubernetes
+mode `ClusterSync` (cluster.py) drives the cluster side; it sees this service only as a `Recorder`.
+Probe times arrive as signals from the gateway (see projection.py for why they are not events)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -25,14 +30,14 @@ from runtime.eventstore import Conflict, EventTooLarge
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
 from services.watcher.apply import Plan, Stale, key_of, plan, policy
+from services.watcher.cluster import ClusterSync
 from services.watcher.ingest import typed
 from services.watcher.projection import WatcherState
 
-if TYPE_CHECKING:
-    from services.watcher.cluster import ClusterSync
-
 log = logging.getLogger("jetway.watcher")
 REPORTING_KINDS = ("InferenceProviderConfig", "AgentProviderConfig")
+CONFLICT_TRIES = 3  # appends of one write before it gives up (each after refreshing the facet it conflicted on)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -86,17 +91,28 @@ class WatcherService(Service):
     async def record(self, key: Key, event: Event, facet: str) -> None:
         """Record what the cluster showed (Kubernetes mode): appended after the facet's last event."""
         assert self.runner is not None
+        runner = self.runner
         subject = key.subject(facet)
+
+        async def append() -> None:
+            runner.fold(await runner.store.append(subject, event, expected_seq=runner.seen.get(subject, 0)))
+
         async with self._lock:
-            for _ in range(3):
-                try:
-                    stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
-                except Conflict:
-                    await self.runner.refresh(subject)
-                    continue
-                self.runner.fold(stored)
-                return
-        raise Conflict(subject, 0, None)
+            await self._guarded(append)
+
+    async def _guarded(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """The one retry of the watcher's writes (records, applies, deletes), each an append guarded by its facet's
+        last sequence: on a conflict (another writer, another replica, got there first) the facet is refreshed from
+        the stream and `attempt` runs again, deciding afresh; the last Conflict after CONFLICT_TRIES. Run under the lock."""
+        assert self.runner is not None
+        for tried in range(1, CONFLICT_TRIES + 1):
+            try:
+                return await attempt()
+            except Conflict as conflict:
+                if tried == CONFLICT_TRIES:
+                    raise
+                await self.runner.refresh(conflict.subject)
+        raise AssertionError("unreachable")
 
     # --- applying --------------------------------------------------------------------------
 
@@ -133,46 +149,44 @@ class WatcherService(Service):
         return ProviderLookup("found", spec=config.spec)  # type: ignore[attr-defined]
 
     async def apply(self, doc: Any, *, dry_run: bool) -> tuple[Plan, Admission] | Refused:
-        assert self.runner is not None
         async with self._lock:
-            for _ in range(3):
-                verdict, current = self.admit(doc)
-                if not verdict.ok or verdict.obj is None:
-                    return Refused(400, verdict.problems)
-                requested = doc.get("metadata", {}).get("resourceVersion") if isinstance(doc.get("metadata"), dict) else None
-                decision = plan(verdict.obj, current, requested_version=None if requested is None else str(requested), dry_run=dry_run)
-                if isinstance(decision, Stale):
-                    return Refused(409, [Problem(path="metadata.resourceVersion", message=decision.message)])
-                if decision.event is None:
-                    try:
-                        reported = await self._record_reported_status(decision.key, doc, dry_run)
-                    except EventTooLarge as exc:
-                        return Refused(413, [Problem(path="status", message=f"the status is too large to store: {too_large(exc)}")])
-                    if reported and decision.action == "unchanged":
-                        decision = Plan(
-                            decision.key, "configured", decision.generation, decision.previous_generation, None, decision.expected_seq
-                        )
-                    return decision, verdict
-                subject = decision.key.subject(SPEC)
-                try:
-                    pending = self._reported_event(decision.key, doc, dry_run)
-                    if pending is not None:  # checked before the spec is stored: all or nothing
-                        self.runner.store.check_fits(decision.key.subject(REPORTED), pending)
-                    # the facet's last sequence: the resource's version, or its deletion when re-created
-                    stored = await self.runner.store.append(subject, decision.event, expected_seq=self.runner.seen.get(subject, 0))
-                except Conflict:  # another writer (another watcher replica) got there first: plan again
-                    await self.runner.refresh(subject)
-                    continue
-                except EventTooLarge as exc:
-                    return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
-                self.runner.fold(stored)
-                await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
-                return Plan(
-                    decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq
-                ), verdict
-            return Refused(
-                409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
-            )
+            try:
+                return await self._guarded(lambda: self._apply_once(doc, dry_run))
+            except Conflict:
+                return Refused(
+                    409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
+                )
+
+    async def _apply_once(self, doc: Any, dry_run: bool) -> tuple[Plan, Admission] | Refused:
+        """One plan against the projection and its append; a Conflict when the facet moved on meanwhile."""
+        assert self.runner is not None
+        verdict, current = self.admit(doc)
+        if not verdict.ok or verdict.obj is None:
+            return Refused(400, verdict.problems)
+        requested = doc.get("metadata", {}).get("resourceVersion") if isinstance(doc.get("metadata"), dict) else None
+        decision = plan(verdict.obj, current, requested_version=None if requested is None else str(requested), dry_run=dry_run)
+        if isinstance(decision, Stale):
+            return Refused(409, [Problem(path="metadata.resourceVersion", message=decision.message)])
+        if decision.event is None:
+            try:
+                reported = await self._record_reported_status(decision.key, doc, dry_run)
+            except EventTooLarge as exc:
+                return Refused(413, [Problem(path="status", message=f"the status is too large to store: {too_large(exc)}")])
+            if reported and decision.action == "unchanged":
+                decision = Plan(decision.key, "configured", decision.generation, decision.previous_generation, None, decision.expected_seq)
+            return decision, verdict
+        subject = decision.key.subject(SPEC)
+        try:
+            pending = self._reported_event(decision.key, doc, dry_run)
+            if pending is not None:  # checked before the spec is stored: all or nothing
+                self.runner.store.check_fits(decision.key.subject(REPORTED), pending)
+            # the facet's last sequence: the resource's version, or its deletion when re-created
+            stored = await self.runner.store.append(subject, decision.event, expected_seq=self.runner.seen.get(subject, 0))
+        except EventTooLarge as exc:
+            return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
+        self.runner.fold(stored)
+        await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
+        return Plan(decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq), verdict
 
     def _reported_event(self, key: Key, doc: Any, dry_run: bool) -> StatusReported | None:
         """The provider's own status to record with this apply, None when there is nothing new."""
@@ -199,20 +213,18 @@ class WatcherService(Service):
 
     async def delete(self, key: Key) -> Deleted:
         assert self.runner is not None
+        runner = self.runner
+
+        async def delete_once() -> Deleted:
+            current = self.state.resources.items.get(key)
+            if current is None:
+                return Deleted(key, False)
+            event = ResourceDeleted(kind=key.kind, namespace=key.namespace, name=key.name)
+            runner.fold(await runner.store.append(key.subject(SPEC), event, expected_seq=current.resource_version))
+            return Deleted(key, True)
+
         async with self._lock:
-            for _ in range(3):
-                current = self.state.resources.items.get(key)
-                if current is None:
-                    return Deleted(key, False)
-                event = ResourceDeleted(kind=key.kind, namespace=key.namespace, name=key.name)
-                try:
-                    stored = await self.runner.store.append(key.subject(SPEC), event, expected_seq=current.resource_version)
-                except Conflict:
-                    await self.runner.refresh(key.subject(SPEC))
-                    continue
-                self.runner.fold(stored)
-                return Deleted(key, True)
-            raise Conflict(key.subject(SPEC), 0, None)
+            return await self._guarded(delete_once)
 
     # --- alongside: the probe signals ------------------------------------------------------
 
@@ -223,7 +235,7 @@ class WatcherService(Service):
         async def probed(msg: Any) -> None:
             with contextlib.suppress(msgspec.DecodeError, ValueError):
                 signal = decoder.decode(msg.data)
-                self.state.probed_at[signal.subject] = signal.at
+                self.state.probed(signal.subject, signal.at)
 
         sub = await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
         try:
