@@ -1,4 +1,13 @@
-"""What the gateway knows: every member, its last recorded health, and live traffic state."""
+"""What the gateway knows: every member, its last recorded health, and live traffic state.
+
+`Members` and `GatewayApiState` are folded from events and forget what is deleted. `Members.traffic`
+is the one part that is not, and it stays out of the log (and out of snapshots) on purpose:
+`outstanding` counts this process's requests in flight, which another replica's router does not carry
+and a restart does not have; `failed` marks a member that failed a request since its last probe, and is
+superseded by a probe before a new process routes at all (its start-up pass probes every member and
+records health when it changed, before the router listens). What a user sees of a member (its health,
+phase, advertised models) is the recorded `MemberHealthChanged`, which a hand-over keeps.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +56,7 @@ class Member:
 
 @dataclass
 class Traffic:
-    """Live, per-process state: not a fact, never an event."""
+    """Live, per-process state: not a fact, never an event (see the module's docstring)."""
 
     outstanding: int = 0
     failed: bool = False  # failed mid-request; cleared by the next successful probe
@@ -85,6 +94,7 @@ class Members:
                 self.traffic.setdefault(key, Traffic())
             elif isinstance(event, ResourceDeleted):
                 self.items.pop(key, None)
+                self.traffic.pop(key, None)  # a request still in flight holds its own reference
             self._index()
         elif isinstance(event, MemberHealthChanged):
             probed = self.items.get(key)
@@ -95,7 +105,13 @@ class Members:
                     probed.needs_probe = False
 
     def traffic_of(self, key: Key) -> Traffic:
-        return self.traffic.setdefault(key, Traffic())
+        """A member's traffic; for a member no longer known, a counter that is not kept."""
+        found = self.traffic.get(key)
+        if found is None:
+            found = Traffic()
+            if key in self.items:
+                self.traffic[key] = found
+        return found
 
 
 # --- the control plane (Kubernetes mode): deployments and the Gateways they route through ---------
