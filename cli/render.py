@@ -75,7 +75,7 @@ def objects_for(
     plan = storage.plan(md, key, 1, uid)
     if isinstance(plan, StorageInvalid):
         raise ValueError("Storage invalid: " + "; ".join(plan.problems))
-    deployment = Deployment(key, 1, uid, md, selection=chosen, storage=plan)
+    deployment = Deployment(key, md, 1, uid, selection=chosen, storage=plan)
     rendered: list[dict[str, Any]] = list(plan.objects)
     for step in workload.decide(deployment, BUILTIN, gateway_available=gateway_available, settings=settings):
         if isinstance(step.record, RenderFailed):

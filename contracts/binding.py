@@ -25,8 +25,9 @@ class AgentReconciled(Decision, frozen=True, tag="AgentReconciled.v1"):
     objects: tuple[dict[str, Any], ...] = ()
     reason: str = ""
 
-    def holds_objects(self) -> bool:
-        return bool(self.objects)
+    @property
+    def held(self) -> tuple[dict[str, Any], ...]:
+        return self.objects
 
     def describe(self) -> str:
         url = self.binding.get("baseURL")

@@ -86,9 +86,15 @@ class Decision(Event, frozen=True):
     generation: int = 0
     status: StatusSlice = StatusSlice()
 
+    @property
+    def held(self) -> tuple[dict[str, Any], ...]:
+        """The objects in a cluster that stand for this decision, as written or as references: what withdrawing
+        it deletes (runtime/desired.py `withdraw`)."""
+        return ()
+
     def holds_objects(self) -> bool:
         """Whether objects in a cluster stand for this decision (they must go before the resource does)."""
-        return False
+        return bool(self.held)
 
 
 class StatusReported(Decision, frozen=True, tag="StatusReported.v1"):

@@ -54,8 +54,9 @@ class GatewayReconciled(Decision, frozen=True, tag="GatewayReconciled.v1"):
     objects: tuple[dict[str, Any], ...] = ()  # references of what stands in the cluster for this decision
     reason: str = ""
 
-    def holds_objects(self) -> bool:
-        return bool(self.objects)
+    @property
+    def held(self) -> tuple[dict[str, Any], ...]:
+        return self.objects
 
     def describe(self) -> str:
         return (

@@ -52,8 +52,9 @@ class StoragePlanned(Decision, frozen=True, tag="StoragePlanned.v1"):
         kinds = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in self.objects)
         return f"{len(self.volumes)} volume(s)" + (f"; creates {kinds}" if kinds else "")
 
-    def holds_objects(self) -> bool:
-        return bool(self.objects)
+    @property
+    def held(self) -> tuple[dict[str, Any], ...]:
+        return self.objects
 
 
 class StorageInvalid(Decision, frozen=True, tag="StorageInvalid.v1"):
@@ -87,6 +88,10 @@ class WorkloadRendered(Decision, frozen=True, tag="WorkloadRendered.v1"):
 
     def describe(self) -> str:
         return f"{self.provider}: " + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in self.objects)
+
+    @property
+    def held(self) -> tuple[dict[str, Any], ...]:
+        return self.objects
 
     def holds_objects(self) -> bool:
         return True

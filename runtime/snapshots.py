@@ -150,7 +150,9 @@ class _Types:
             return True
         stack = stack | {tp}
         origin = typing.get_origin(tp)
-        if origin is not None:
+        if origin is not None and dataclasses.is_dataclass(origin):  # a generic dataclass, parameterised
+            result = False
+        elif origin is not None:
             result = all(self.plain(a, stack) for a in typing.get_args(tp) if a is not Ellipsis)
             if origin is dict and typing.get_args(tp) and not _hashable_plain(typing.get_args(tp)[0]):
                 result = False
@@ -205,7 +207,7 @@ class _Types:
             if concrete not in ([tp], []):
                 return self._tagged(concrete)
             return self._struct(tp)
-        if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(origin or tp):
             return self._dataclass(tp)
         raise TypeError(f"{tp!r} cannot come out of a snapshot")
 
@@ -230,12 +232,13 @@ class _Types:
         return revive
 
     def _dataclass(self, tp: Any) -> Revive:
-        hints = typing.get_type_hints(tp)
-        fields = {f.name: (f.init, self.reviver(hints[f.name])) for f in dataclasses.fields(tp)}
+        hints = _hints(tp)
+        make = typing.get_origin(tp) or tp
+        fields = {f.name: (f.init, self.reviver(hints[f.name])) for f in dataclasses.fields(make)}
 
         def revive(obj: Any) -> Any:
             values = {name: fields[name][1](v) for name, v in obj.items() if name in fields}
-            made = tp(**{n: v for n, v in values.items() if fields[n][0]})
+            made = make(**{n: v for n, v in values.items() if fields[n][0]})
             for name, value in values.items():
                 if not fields[name][0]:
                     setattr(made, name, value)
@@ -248,6 +251,10 @@ class _Types:
         if tp in stack:
             return getattr(tp, "__qualname__", repr(tp))
         origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin is not None and dataclasses.is_dataclass(origin):
+            name = f"{origin.__module__}.{getattr(origin, '__qualname__', '')}[{','.join(self.describe(a, stack) for a in args)}]"
+            hints, within = _hints(tp), stack | {tp}
+            return name + "{" + ",".join(f"{f.name}:{self.describe(hints[f.name], within)}" for f in dataclasses.fields(origin)) + "}"
         if origin is not None:
             inner = ",".join("..." if a is Ellipsis else self.describe(a, stack) for a in args)
             return f"{getattr(origin, '__name__', repr(origin))}[{inner}]"
@@ -256,7 +263,7 @@ class _Types:
         if _is_struct(tp):
             return name + "{" + ",".join(f"{f.encode_name}:{self.describe(f.type, stack)}" for f in msgspec.structs.fields(tp)) + "}"
         if dataclasses.is_dataclass(tp) or _is_namedtuple(tp):
-            hints = typing.get_type_hints(tp)
+            hints = _hints(tp)
             names = tp._fields if _is_namedtuple(tp) else [f.name for f in dataclasses.fields(tp)]
             return name + "{" + ",".join(f"{n}:{self.describe(hints[n], stack)}" for n in names) + "}"
         if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
@@ -271,6 +278,28 @@ def _same(obj: Any) -> Any:
 
 def _convert(tp: Any, obj: Any) -> Any:
     return msgspec.convert(obj, tp, dec_hook=_dec_hook)
+
+
+def _hints(tp: Any) -> dict[str, Any]:
+    """The field types of a class, with the type variables of its generic bases (`Deployment(Desired[ModelDeployment])`)
+    and its own parameters (`Desired[ModelDeployment]`) resolved."""
+    origin = typing.get_origin(tp) or tp
+    bound: dict[Any, Any] = {}
+    for klass in reversed(origin.__mro__):
+        for base in getattr(klass, "__orig_bases__", ()):
+            params = getattr(typing.get_origin(base), "__parameters__", ())
+            bound.update(zip(params, (_bind(a, bound) for a in typing.get_args(base)), strict=False))
+    if origin is not tp:
+        bound.update(zip(origin.__parameters__, typing.get_args(tp), strict=True))
+    hints = typing.get_type_hints(origin)
+    return {name: _bind(hint, bound) for name, hint in hints.items()} if bound else hints
+
+
+def _bind(tp: Any, bound: dict[Any, Any]) -> Any:
+    if isinstance(tp, typing.TypeVar):
+        return bound.get(tp, tp)
+    params = getattr(tp, "__parameters__", ())
+    return tp[tuple(bound.get(p, p) for p in params)] if params and any(p in bound for p in params) else tp
 
 
 def _is_namedtuple(tp: Any) -> bool:
@@ -315,7 +344,7 @@ class Codec:
         _events_loaded()
         self.version = int(getattr(self.type, "snapshot_version", 1))
         skip = set(getattr(self.type, "snapshot_skip", ()))
-        hints = typing.get_type_hints(self.type)
+        hints = _hints(self.type)
         if dataclasses.is_dataclass(self.type):
             names = [f.name for f in dataclasses.fields(self.type)]
         elif _is_struct(self.type):

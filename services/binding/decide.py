@@ -6,19 +6,38 @@
 - AgentDeployment: `FrameworkReady` (the framework is known and ready, instructions appended
   for any not-ready reason), then `ModelBound` by the one binding mode it sets, in the spec's
   order for `deploymentRef` (the Gateway in `status.gateway` and its sole compatible ready
-  listener; several ready listeners keep the published endpoint; otherwise the model Service).
+  listener; several ready listeners keep the published endpoint; otherwise the model Service),
+  then the framework's workload (`render.py`) and `Ready` from what the cluster reports of it:
+  `agent_reconciled`, the agent's whole decision.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.agents import ANNOTATION_INSTALL_INSTRUCTIONS, AgentDeployment, AgentProviderConfig
-from contracts.cluster import ApisDiscovered
+from contracts.binding import AgentReconciled, FrameworkAssessed
+from contracts.cluster import ApisDiscovered, ObjectObserved
+from contracts.events import StatusCondition, StatusSlice
 from contracts.gatewayapi import GatewayView, Unresolved, listener_url, normalize_endpoint, ready_listeners, select_listener
 from contracts.modeldeployment import ModelDeployment
+from contracts.objects import ref
 from contracts.rules.urls import base_url_problem
+from services.binding import render
+
+# Binding failures the user must fix (the agent is Failed); the others resolve by waiting (Pending).
+PERMANENT = {
+    "UnsupportedBindingMode",
+    "CrossNamespaceRefNotAllowed",
+    "InvalidExternalAPI",
+    "WildcardListenerHostname",
+    "ListenerNameRequired",
+    "ListenerNotFound",
+    "ListenerNotCompatible",
+    "NoCompatibleListener",
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,18 @@ def framework_readiness(config: AgentProviderConfig, discovered: ApisDiscovered 
             False, "OperatorNotInstalled", with_instructions(f"the operator API group {group} is not served by the cluster", annotations)
         )
     return Readiness(True, "OperatorInstalled", f"the operator API group {group} is served")
+
+
+def framework_assessed(config: AgentProviderConfig, generation: int, discovered: ApisDiscovered | None) -> FrameworkAssessed:
+    """An AgentProviderConfig's decision: `Ready` and `status.ready` from its readiness."""
+    readiness = framework_readiness(config, discovered)
+    condition = StatusCondition.of("Ready", readiness.ready, readiness.reason, readiness.message, generation)
+    return FrameworkAssessed(
+        generation=generation,
+        ready=readiness.ready,
+        reason=readiness.reason,
+        status=StatusSlice(conditions=(condition,), fields={"ready": readiness.ready}),
+    )
 
 
 # --- binding ------------------------------------------------------------------------------
@@ -178,3 +209,138 @@ def bind(
     if mode == "gatewayEndpoint":
         return bind_gateway_endpoint(agent, gateways)
     return bind_external(agent)
+
+
+# --- the agent's decision -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrameworkView:
+    """The framework an agent names, as the binding service knows it: its config and reported version."""
+
+    config: AgentProviderConfig
+    version: str = ""  # what the framework's own controller reports (status.version)
+
+
+def agent_reconciled(
+    agent: AgentDeployment,
+    generation: int,
+    uid: str,
+    observed: Mapping[tuple[str, str], ObjectObserved],
+    framework: FrameworkView | None,
+    discovered: ApisDiscovered | None,
+    models: dict[tuple[str, str], ModelView],
+    gateways: dict[str, GatewayView],
+) -> tuple[AgentReconciled, list[dict[str, Any]]]:
+    """The agent's conditions, binding and workload objects (the status is what it will be once they are written)."""
+    name = agent.spec.framework.name
+    fields: dict[str, Any] = {
+        "framework": {"name": name, **({"providerVersion": framework.version} if framework and framework.version else {})}
+    }
+    if framework is None:
+        readiness = Readiness(False, "FrameworkNotFound", f"AgentProviderConfig {name} not found")
+    else:
+        readiness = framework_readiness(framework.config, discovered)  # instructions already appended
+    framework_ready = StatusCondition.of(
+        "FrameworkReady", readiness.ready, "FrameworkReady" if readiness.ready else readiness.reason, readiness.message, generation
+    )
+    if not readiness.ready or framework is None:
+        waiting = [
+            framework_ready,
+            StatusCondition.of("ModelBound", False, "WaitingForFramework", "waiting for the framework", generation),
+            StatusCondition.of("Ready", False, "WaitingForFramework", "waiting for the framework", generation),
+        ]
+        return status(generation, "Pending", "WaitingForFramework", waiting, fields), []
+    outcome = bind(agent, framework.config, models, gateways)
+    if isinstance(outcome, NotBound):
+        phase = "Failed" if outcome.reason in PERMANENT else "Pending"
+        unbound = [
+            framework_ready,
+            StatusCondition.of("ModelBound", False, outcome.reason, outcome.message, generation),
+            StatusCondition.of("Ready", False, outcome.reason, outcome.message, generation),
+        ]
+        return status(generation, phase, outcome.reason, unbound, fields), []
+    fields["modelBinding"] = outcome.binding
+    bound = StatusCondition.of("ModelBound", True, "ModelBound", outcome.message, generation)
+    try:
+        rendered = render.render(agent, framework.config, uid, outcome.binding)
+    except render.RenderError as exc:
+        conditions = [framework_ready, bound, StatusCondition.of("Ready", False, exc.reason, str(exc), generation)]
+        return status(generation, "Failed", exc.reason, conditions, fields, binding=outcome.binding), []
+    fields["runtime"] = {"workloadRef": rendered.workload, **({"address": rendered.address} if rendered.address else {})}
+    phase, reason, message, replicas = progress(observed, rendered.workload)
+    if replicas is not None:
+        fields["replicas"] = replicas
+    ready = StatusCondition.of("Ready", phase in ("Running", "Completed"), reason, message, generation)
+    decision = status(generation, phase, reason, [framework_ready, bound, ready], fields, binding=outcome.binding, objects=rendered.objects)
+    return decision, rendered.objects
+
+
+def progress(observed: Mapping[tuple[str, str], ObjectObserved], workload: dict[str, str]) -> tuple[str, str, str, dict[str, int] | None]:
+    """(phase, reason, message, replicas) from what the cluster reports of the agent's primary object."""
+    seen = observed.get((workload["kind"], workload["name"]))
+    if seen is None or not seen.exists:
+        return "Deploying", "WorkloadNotReady", f"{workload['kind']} {workload['name']} created, waiting for it to report", None
+    summary = seen.summary
+    conditions = {c.get("type"): c.get("status") for c in summary.get("conditions", [])}
+    if workload["kind"] == "Deployment":
+        available = int(summary.get("availableReplicas") or 0)
+        replicas = {
+            "desired": int(summary.get("replicas") or 1),
+            "ready": int(summary.get("readyReplicas") or 0),
+            "available": available,
+        }
+        if available > 0:
+            return "Running", "WorkloadReady", "the agent is running", replicas
+        return "Deploying", "WorkloadNotReady", "waiting for the agent's pods to be available", replicas
+    if workload["kind"] == "Job":
+        if conditions.get("Failed") == "True":
+            return "Failed", "JobFailed", "the agent's Job failed", None
+        if conditions.get("Complete") == "True" or int(summary.get("succeeded") or 0) > 0:
+            return "Completed", "JobCompleted", "the agent's Job completed", None
+        if int(summary.get("active") or 0) > 0:
+            return "Running", "JobRunning", "the agent's Job is running", None
+        return "Deploying", "JobPending", "waiting for the agent's Job to start", None
+    if conditions.get("Ready") == "True":
+        return "Running", "AgentReady", "the agent reports Ready", None
+    return "Deploying", "AwaitingKagent", "waiting for kagent to report the Agent Ready", None
+
+
+def status(
+    generation: int,
+    phase: str,
+    reason: str,
+    conditions: list[StatusCondition],
+    fields: dict[str, Any],
+    *,
+    binding: dict[str, Any] | None = None,
+    objects: list[dict[str, Any]] | None = None,
+) -> AgentReconciled:
+    message = next((c.message for c in conditions if c.status != "True"), "the agent is running")
+    return AgentReconciled(
+        generation=generation,
+        binding=binding or {},
+        reason=reason,
+        objects=tuple(ref(o) for o in objects or []),
+        status=StatusSlice(conditions=tuple(conditions), phase=phase, message=message, fields=fields),
+    )
+
+
+def failed(decision: AgentReconciled, reason: str, message: str) -> AgentReconciled:
+    """The agent's objects could not be written: Failed, saying why, holding none of them."""
+    conditions = tuple(
+        c if c.type != "Ready" else StatusCondition.of("Ready", False, reason, message, decision.generation)
+        for c in decision.status.conditions
+    )
+    return AgentReconciled(
+        generation=decision.generation,
+        binding=decision.binding,
+        reason=reason,
+        status=StatusSlice(conditions=conditions, phase="Failed", message=message, fields=decision.status.fields),
+    )
+
+
+def stale(previous: tuple[dict[str, Any], ...], objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the last decision held that the new one does not: deleted."""
+    wanted = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    return [o for o in previous if (o["kind"], o["metadata"]["name"]) not in wanted]

@@ -7,13 +7,14 @@ from typing import Any
 
 from contracts.admission import stored
 from contracts.agents import AgentDeployment, AgentProviderConfig
-from contracts.cluster import OBSERVED, ApisDiscovered, DeletionRequested, ObjectObserved
+from contracts.cluster import OBSERVED, ApisDiscovered, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted, Withdrawn
 from contracts.gatewayapi import GatewayView
 from contracts.modeldeployment import ModelDeployment
-from contracts.objects import PAUSED
 from contracts.subjects import BINDING, GATEWAY_API, REPORTED, SPEC, WORKLOAD, Key
-from services.binding.decide import ModelView
+from runtime import desired
+from runtime.desired import Desired
+from services.binding.decide import FrameworkView, ModelView
 
 SELF = BINDING
 
@@ -25,17 +26,13 @@ class Framework:
     version: str = ""  # what the framework's own controller reports (status.version)
     last: Decision | None = None
 
+    def view(self) -> FrameworkView:
+        return FrameworkView(self.config, self.version)
+
 
 @dataclass
-class Agent:
-    key: Key
-    agent: AgentDeployment | None = None  # None once deleted (kept until its objects are withdrawn)
-    generation: int = 0
-    uid: str = ""
-    paused: bool = False
-    deleting: bool = False
+class Agent(Desired[AgentDeployment]):
     observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)
-    last: Decision | None = None
 
 
 @dataclass
@@ -51,7 +48,7 @@ class Model:
 
 @dataclass
 class BindingState:
-    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     frameworks: dict[str, Framework] = field(default_factory=dict)
     agents: dict[Key, Agent] = field(default_factory=dict)
@@ -60,12 +57,12 @@ class BindingState:
     discovered: ApisDiscovered | None = None
 
     def agents_of(self, framework: str) -> list[Key]:
-        return [k for k, a in self.agents.items() if a.agent is not None and a.agent.spec.framework.name == framework]
+        return [k for k, a in self.agents.items() if a.applied is not None and a.applied.spec.framework.name == framework]
 
     def agents_on(self, namespace: str, model: str) -> list[Key]:
         out = []
         for key, a in self.agents.items():
-            ref = a.agent.spec.model.deploymentRef if a.agent else None
+            ref = a.applied.spec.model.deploymentRef if a.applied else None
             if ref is not None and ref.name == model and (ref.namespace or key.namespace) == namespace:
                 out.append(key)
         return out
@@ -102,30 +99,11 @@ class BindingState:
             found.last = event
 
     def _fold_agent(self, envelope: Envelope) -> None:
-        event, key = envelope.event, envelope.key
-        agent = self.agents.get(key)
-        if envelope.facet == SPEC:
-            if isinstance(event, ResourceApplied):
-                agent = agent or Agent(key)
-                typed = stored(key.kind, key.name, key.namespace, event.spec, event.labels, event.annotations)
-                assert isinstance(typed, AgentDeployment)
-                agent.agent, agent.generation, agent.uid = typed, event.generation, event.uid
-                agent.paused = event.annotations.get(PAUSED) == "true"
-                self.agents[key] = agent
-            elif isinstance(event, DeletionRequested) and agent is not None:
-                agent.deleting = True
-            elif isinstance(event, ResourceDeleted) and agent is not None:
-                agent.agent = None
-                if not (agent.last and agent.last.holds_objects()):
-                    self.agents.pop(key, None)
-        elif agent is None:
+        if desired.fold(self.agents, envelope, SELF, Agent, AgentDeployment):
             return
-        elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
+        event, agent = envelope.event, self.agents.get(envelope.key)
+        if agent is not None and envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
             agent.observed[(event.object_kind, event.object_name)] = event
-        elif envelope.facet == SELF and isinstance(event, Decision):
-            agent.last = event
-            if isinstance(event, Withdrawn) and agent.agent is None:
-                self.agents.pop(key, None)
 
     def _fold_model(self, envelope: Envelope) -> None:
         event, key = envelope.event, envelope.key

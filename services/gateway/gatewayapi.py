@@ -8,23 +8,24 @@ Decisions are made in `control` (pure); this is where they meet the cluster.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 
 from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import same_decision
-from contracts.events import Decision, Envelope, Withdrawn
+from contracts.events import Decision, Envelope
 from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView
 from contracts.objects import ref as reference
 from contracts.providerconfig import EngineGateway
 from contracts.subjects import GATEWAY_API, SELECTOR, WORKLOAD, Key, kind_filter
+from runtime.desired import withdraw
 from runtime.kube import Kube, KubeError
 from runtime.kubewriter import KubeWriter, NotServed, ResourceConflict
 from runtime.service import Effects, Service
 from services.gateway import control
-from services.gateway.projection import GatewayApiState, RoutedDeployment
+from services.gateway.apiprojection import GatewayApiState, RoutedDeployment
 
 log = logging.getLogger("jetway.gateway.control")
 SELF = GATEWAY_API
@@ -84,8 +85,8 @@ class GatewayApiService(Service):
         d = self.state.deployments.get(key)
         if d is None:
             return
-        if d.md is None or d.deleting:
-            await self._withdraw(d, effects)
+        if d.applied is None or d.deleting:  # what Jetway created for it goes, and so does its routes' admission
+            await withdraw(d, self.writer, effects, manager=SELF, then=self._unroute(d))
             return
         if d.paused:
             return
@@ -93,7 +94,7 @@ class GatewayApiService(Service):
             key,
             d.uid,
             d.generation,
-            d.md,
+            d.applied,
             d.running,
             d.endpoint,
             d.service_ip,
@@ -111,7 +112,7 @@ class GatewayApiService(Service):
             return
         record: Decision = plan.decision
         previous = d.last.gateway if isinstance(d.last, GatewayReconciled) else ""
-        held = d.last.objects if isinstance(d.last, GatewayReconciled) else ()
+        held = d.last.held if d.last is not None else ()
         if effects.level or not same_decision(record, d.last) or deleted_by_hand(d.observed, held):
             record = await self._write(d, plan, inputs)
             routed = isinstance(record, GatewayReconciled) and record.reason == "GatewayConfigured"
@@ -171,15 +172,9 @@ class GatewayApiService(Service):
         if stale and not record.reason.endswith("Failed"):  # a failed write keeps what stands until it succeeds
             await self.writer.delete(stale, manager=SELF)
 
-    async def _withdraw(self, d: RoutedDeployment, effects: Effects) -> None:
-        """Deleted, or being deleted: what Jetway created for it goes, and so does its routes' admission."""
-        if d.last is None or isinstance(d.last, Withdrawn):
-            return
-        gateway = d.last.gateway if isinstance(d.last, GatewayReconciled) else ""
-        if isinstance(d.last, GatewayReconciled) and d.last.objects:
-            await self.writer.delete(list(reversed(d.last.objects)), manager=SELF)
-        await self._allowed_routes(d.key, None, gateway, False)
-        await effects.emit(d.key, Withdrawn(generation=d.generation))
+    def _unroute(self, d: RoutedDeployment) -> Callable[[Decision], Awaitable[str | None]]:
+        """What follows a withdrawn deployment's objects: its Gateway no longer admits routes for it."""
+        return lambda last: self._allowed_routes(d.key, None, last.gateway if isinstance(last, GatewayReconciled) else "", False)
 
     def _namespaces(self, ref: str, key: Key, routes_here: bool) -> set[str]:
         """Namespaces whose HTTPRoutes attach to Gateway `ref`, with this deployment's new decision counted."""

@@ -6,14 +6,15 @@ from collections.abc import Iterable
 
 from contracts.cluster import OBSERVED
 from contracts.conditions import carried, same_decision
-from contracts.events import Decision, Envelope, Withdrawn
+from contracts.events import Decision, Envelope
 from contracts.pipeline import StoragePlanned
 from contracts.subjects import SPEC, Key, kind_filter
+from runtime.desired import withdraw
 from runtime.kubewriter import ResourceConflict
 from runtime.service import Effects, Service
 from runtime.writer import RecordedWriter, Writer
 from services.storage.decide import conflicted, plan
-from services.storage.projection import SELF, Deployment, StorageState
+from services.storage.projection import SELF, StorageState
 
 
 class StorageService(Service):
@@ -38,13 +39,13 @@ class StorageService(Service):
         deployment = self.state.deployments.get(key)
         if deployment is None:
             return
-        if deployment.deleting:
-            await self._withdraw(key, deployment, effects)
+        if deployment.applied is None or deployment.deleting:  # its PVCs and Job go, then the storage slice is cleared
+            await withdraw(deployment, self.writer, effects, manager=self.name)
             return
         if deployment.paused:
             return
         observed = deployment.observed(watched=self.writer.cluster)  # in a cluster the watcher reports pre-existing claims
-        decision: Decision = carried(plan(deployment.md, key, deployment.generation, deployment.uid, observed), deployment.last)
+        decision: Decision = carried(plan(deployment.applied, key, deployment.generation, deployment.uid, observed), deployment.last)
         if (
             isinstance(decision, StoragePlanned)
             and decision.objects
@@ -58,11 +59,3 @@ class StorageService(Service):
                 decision = carried(conflicted(deployment.generation, exc.kind, exc.name, exc.namespace, exc.held), deployment.last)
         if not same_decision(decision, deployment.last):
             await effects.emit(key, decision)
-
-    async def _withdraw(self, key: Key, deployment: Deployment, effects: Effects) -> None:
-        """The deployment is being deleted: its PVCs and Job go, then the storage slice is cleared."""
-        if isinstance(deployment.last, Withdrawn):
-            return
-        if isinstance(deployment.last, StoragePlanned) and deployment.last.objects:
-            await self.writer.delete(list(reversed(deployment.last.objects)), manager=self.name)
-        await effects.emit(key, Withdrawn(generation=deployment.generation))

@@ -5,26 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contracts.admission import stored
-from contracts.cluster import OBSERVED, DeletionRequested, ObjectObserved
-from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
+from contracts.cluster import OBSERVED, ObjectObserved
+from contracts.events import Envelope
 from contracts.modeldeployment import ModelDeployment
-from contracts.objects import PAUSED
 from contracts.rules import modeldeployment as md_rules
-from contracts.subjects import SPEC, STORAGE, Key
+from contracts.subjects import STORAGE, Key
+from runtime import desired
+from runtime.desired import Desired
 from services.storage.decide import Observed, job_outcome
 
 SELF = STORAGE
 
 
 @dataclass
-class Deployment:
-    md: ModelDeployment
-    generation: int
-    uid: str
-    paused: bool
-    last: Decision | None = None
-    deleting: bool = False
+class Deployment(Desired[ModelDeployment]):
     pvc_phases: dict[str, str] = field(default_factory=dict)  # what the cluster reports (Kubernetes mode)
     job: str = ""
     job_message: str = ""  # why the Job failed, in `job_outcome`'s words
@@ -35,10 +29,10 @@ class Deployment:
         """What the cluster says; `watched`: the watcher reports pre-existing claims (a cluster), so one it
         has not reported yet is waited on, one reported missing fails; else they are taken to be there."""
         preexisting: dict[str, str] | None = None
-        if watched:
+        if watched and self.applied is not None:
             preexisting = {}
-            for volume in md_rules.volumes_of(self.md):
-                claim = md_rules.resolved_claim_name(self.md.metadata.name, volume)
+            for volume in md_rules.volumes_of(self.applied):
+                claim = md_rules.resolved_claim_name(self.applied.metadata.name, volume)
                 phase = self.claims.get(claim, "Unknown")
                 if volume.size is None and phase is not None:
                     preexisting[claim] = phase
@@ -47,32 +41,17 @@ class Deployment:
 
 @dataclass
 class StorageState:
+    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes (2: kept until withdrawn)
+
     deployments: dict[Key, Deployment] = field(default_factory=dict)
 
     def fold(self, envelope: Envelope) -> None:
-        event, key = envelope.event, envelope.key
-        deployment = self.deployments.get(key)
-        if envelope.facet == SPEC:
-            if isinstance(event, ResourceApplied):
-                md = stored(key.kind, key.name, key.namespace, event.spec, event.labels, event.annotations)
-                assert isinstance(md, ModelDeployment)
-                fresh = Deployment(md, event.generation, event.uid, event.annotations.get(PAUSED) == "true")
-                if deployment is not None:
-                    fresh.last, fresh.deleting, fresh.pvc_phases, fresh.claims = (
-                        deployment.last,
-                        deployment.deleting,
-                        deployment.pvc_phases,
-                        deployment.claims,
-                    )
-                    fresh.job, fresh.job_message = deployment.job, deployment.job_message
-                self.deployments[key] = fresh
-            elif isinstance(event, DeletionRequested) and deployment is not None:
-                deployment.deleting = True
-            elif isinstance(event, ResourceDeleted):
-                self.deployments.pop(key, None)
-        elif deployment is None:
+        if desired.fold(self.deployments, envelope, SELF, Deployment, ModelDeployment):
             return
-        elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
+        event, deployment = envelope.event, self.deployments.get(envelope.key)
+        if deployment is None:
+            return
+        if envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
             if event.object_kind == "PersistentVolumeClaim" and event.referenced:
                 deployment.claims[event.object_name] = str(event.summary.get("phase", "Pending")) if event.exists else None
             elif event.object_kind == "PersistentVolumeClaim":
@@ -85,5 +64,3 @@ class StorageState:
             elif event.object_kind == "Job":
                 # one reading of a Job, the decision's: its conditions, then its counters against the backoff limit
                 deployment.job, deployment.job_message = job_outcome(event.object_name, event.summary) if event.exists else ("", "")
-        elif envelope.facet == SELF and isinstance(event, Decision):
-            deployment.last = event

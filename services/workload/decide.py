@@ -112,7 +112,7 @@ def decide(
     provider settings the process was started with, `render.settings`; `image`: the registry's answer
     for `image_lookup(d)`, when there was a question)."""
     previous = d.rendered
-    if d.md is None or d.deleting:  # deleted (or being deleted): take its objects away
+    if d.applied is None or d.deleting:  # deleted (or being deleted): take its objects away
         return [Intent(withdrawn(d, previous.provider, previous.objects), remove=list(previous.objects))] if previous else []
     if d.paused:
         return []
@@ -136,7 +136,7 @@ def decide(
             message=f"provider {provider} renders this deployment with its own controller; Jetway does not",
         )
         return [*steps, Intent(StatusReported(generation=d.generation, status=StatusSlice(conditions=(condition,))))]
-    inputs = Inputs(d.key, d.uid, d.md, selection.engine, storage, gateway_available, settings or {})
+    inputs = Inputs(d.key, d.uid, d.applied, selection.engine, storage, gateway_available, settings or {})
     prepared = prepare(d, provider, inputs, image)
     if isinstance(prepared, RenderFailed):
         return [*steps, Intent(prepared)]
@@ -189,7 +189,7 @@ def prepare(d: Deployment, provider: str, inputs: Inputs, looked_up: ImageResolu
     registry could resolve renders nothing."""
     module = renderers.PROVIDERS.get(provider)
     check = getattr(module, "compatibility", None)
-    if module is None or check is None or d.md is None:
+    if module is None or check is None or d.applied is None:
         return Prepared(inputs)
     generation = d.generation
     problem = check(inputs)
@@ -210,11 +210,11 @@ def prepare(d: Deployment, provider: str, inputs: Inputs, looked_up: ImageResolu
         return Prepared(inputs, (compatible,))
     default = module.DEFAULT_IMAGE
     decision = images.decide(
-        images.plan(d.md, default),
+        images.plan(d.applied, default),
         d.image,
         looked_up,
         generation=generation,
-        annotations=d.md.metadata.annotations or {},
+        annotations=d.applied.metadata.annotations or {},
         default_image=default,
     )
     conditions, fields = (compatible, *decision.conditions), {"image": decision.status}
@@ -232,7 +232,7 @@ def prepare(d: Deployment, provider: str, inputs: Inputs, looked_up: ImageResolu
 def image_lookup(d: Deployment) -> str | None:
     """The image reference a registry must be asked about before `decide` renders this deployment: Direct
     vLLM's image by tag, when the last resolution does not answer it (None: nothing to ask)."""
-    selection, storage, md = d.selection, d.storage, d.md
+    selection, storage, md = d.selection, d.storage, d.applied
     if md is None or d.deleting or d.paused or not isinstance(selection, ProviderSelected) or selection.provider != RESOLVES_IMAGES:
         return None
     if selection.generation != d.generation or not isinstance(storage, StoragePlanned) or storage.generation != d.generation:

@@ -130,7 +130,7 @@ class WorkloadService(Service):
 
     async def _observe(self, key: Key, deployment: Deployment, effects: Effects) -> None:
         """In a cluster: the workload's phase, replicas and Ready from what the cluster reports."""
-        if not self.writer.cluster or deployment.rendered is None or deployment.deleting or deployment.md is None:
+        if not self.writer.cluster or deployment.rendered is None or deployment.deleting or deployment.applied is None:
             return
         if deployment.rendered.generation != deployment.generation:
             return  # the current generation is not rendered yet: its status is the render's to set first

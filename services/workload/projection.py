@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contracts.admission import stored
-from contracts.cluster import ApisDiscovered, DeletionRequested, ObjectObserved
+from contracts.cluster import ApisDiscovered, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
 from contracts.modeldeployment import ModelDeployment
-from contracts.objects import PAUSED
 from contracts.pipeline import (
     ImageResolution,
     ProviderSelected,
@@ -20,24 +18,31 @@ from contracts.pipeline import (
     WorkloadWithdrawn,
 )
 from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WORKLOAD, Key
+from runtime import desired
+from runtime.desired import Desired
 
 SELF = WORKLOAD
 
 
 @dataclass
-class Deployment:
-    key: Key
-    generation: int = 0
-    uid: str = ""
-    md: ModelDeployment | None = None  # None once deleted (kept until its objects are withdrawn)
-    paused: bool = False
+class Deployment(Desired[ModelDeployment]):
     selection: ProviderSelected | SelectionFailed | None = None
     storage: StoragePlanned | StorageInvalid | None = None
-    last: Decision | None = None  # this service's last decision about it
     rendered: WorkloadRendered | None = None  # the objects it stands for now (until withdrawn)
-    deleting: bool = False  # the cluster asked to delete it: objects go first
     observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
     image: ImageResolution | None = None  # Direct vLLM: the image's last resolution (reused while requested is unchanged)
+
+    def holding(self) -> bool:
+        return self.rendered is not None  # a failed render after a render leaves the rendered objects standing
+
+    def decided(self, decision: Decision) -> None:
+        super().decided(decision)
+        if isinstance(decision, WorkloadRendered | RenderFailed) and decision.image is not None:
+            self.image = decision.image
+        if isinstance(decision, WorkloadRendered):
+            self.rendered = decision
+        elif isinstance(decision, WorkloadWithdrawn):
+            self.rendered = None
 
 
 @dataclass
@@ -52,7 +57,7 @@ class ProviderConfig:
 
 @dataclass
 class WorkloadState:
-    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
@@ -77,36 +82,14 @@ class WorkloadState:
             elif envelope.facet == SELF and isinstance(event, Decision) and key.name in self.providers:
                 self.providers[key.name].reported = event
             return
+        if desired.fold(self.deployments, envelope, SELF, Deployment, ModelDeployment):
+            return
         deployment = self.deployments.get(key)
-        if envelope.facet == SPEC:
-            if isinstance(event, ResourceApplied):
-                deployment = deployment or Deployment(key)
-                deployment.generation, deployment.uid = event.generation, event.uid
-                md = stored(key.kind, key.name, key.namespace, event.spec, event.labels, event.annotations)
-                assert isinstance(md, ModelDeployment)
-                deployment.md = md
-                deployment.paused = event.annotations.get(PAUSED) == "true"
-                self.deployments[key] = deployment
-            elif isinstance(event, DeletionRequested) and deployment is not None:
-                deployment.deleting = True
-            elif isinstance(event, ResourceDeleted) and deployment is not None:
-                deployment.md = None
-                if deployment.rendered is None:
-                    self.deployments.pop(key, None)  # nothing of it out there: forget it
-        elif deployment is not None:
-            if envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
-                deployment.observed[(event.object_kind, event.object_name)] = event
-            elif envelope.facet == SELECTOR and isinstance(event, ProviderSelected | SelectionFailed):
-                deployment.selection = event
-            elif envelope.facet == STORAGE and isinstance(event, StoragePlanned | StorageInvalid):
-                deployment.storage = event
-            elif envelope.facet == SELF and isinstance(event, Decision):
-                deployment.last = event
-                if isinstance(event, WorkloadRendered | RenderFailed) and event.image is not None:
-                    deployment.image = event.image
-                if isinstance(event, WorkloadRendered):
-                    deployment.rendered = event
-                elif isinstance(event, WorkloadWithdrawn):
-                    deployment.rendered = None
-                    if deployment.md is None:
-                        self.deployments.pop(key, None)  # deleted and cleaned up: forget it
+        if deployment is None:
+            return
+        if envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
+            deployment.observed[(event.object_kind, event.object_name)] = event
+        elif envelope.facet == SELECTOR and isinstance(event, ProviderSelected | SelectionFailed):
+            deployment.selection = event
+        elif envelope.facet == STORAGE and isinstance(event, StoragePlanned | StorageInvalid):
+            deployment.storage = event

@@ -7,10 +7,10 @@ from typing import Any
 
 from contracts.admission import admit
 from contracts.cluster import OBSERVED, ObjectObserved
-from contracts.events import Envelope, ResourceApplied
+from contracts.events import Envelope, ResourceApplied, ResourceDeleted, Withdrawn
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import StorageInvalid, StoragePlanned
-from contracts.subjects import SPEC, Key
+from contracts.subjects import SPEC, STORAGE, Key
 from services.storage.decide import DOWNLOAD_BACKOFF_LIMIT, Observed, conflicted, job_outcome, plan
 from services.storage.projection import Deployment, StorageState
 from tests.contracts.cases import MD, changed
@@ -203,3 +203,29 @@ def test_a_claim_name_taken_by_another_object_is_an_invalid_plan_that_says_what_
     )
     job = conflicted(2, "Job", "qwen-model-download", "default", "owned by ModelDeployment/other (uid u)")
     assert conditions(job) == {"ModelDownloaded": ("False", "DownloadFailed")}
+
+
+def test_a_deleted_deployment_is_kept_until_its_storage_is_withdrawn_and_a_re_apply_keeps_what_the_cluster_reported() -> None:
+    # the storage service's own decisions and the watcher's reports, as the stream holds them
+    state = StorageState()
+    volumes = [{"name": "cache", "purpose": "modelCache", "size": "5Gi"}]
+    doc = changed(MD, {VOL: volumes})
+
+    def fold(facet: str, event: Any, producer: str = "watcher") -> None:
+        state.fold(Envelope(id="1", subject=KEY.subject(facet), producer=producer, time=datetime.now(UTC), event=event))
+
+    def applied(generation: int) -> ResourceApplied:
+        return ResourceApplied(kind=KEY.kind, namespace=KEY.namespace, name=KEY.name, generation=generation, spec=doc["spec"], uid="uid-1")
+
+    fold(SPEC, applied(1))
+    decision = planned(volumes)
+    assert isinstance(decision, StoragePlanned) and decision.objects
+    fold(STORAGE, decision, "storage")
+    fold(OBSERVED, ObjectObserved(api_version="v1", object_kind="PersistentVolumeClaim", object_name="qwen-cache", exists=False))
+    fold(SPEC, applied(2))  # re-applied: the claim deleted by hand is still to be written again
+    assert state.deployments[KEY].gone == {"qwen-cache"} and state.deployments[KEY].generation == 2
+    fold(SPEC, ResourceDeleted(kind=KEY.kind, namespace=KEY.namespace, name=KEY.name))
+    kept = state.deployments[KEY]  # its PVCs and Job stand: kept until they are withdrawn
+    assert kept.applied is None and kept.last == decision
+    fold(STORAGE, Withdrawn(generation=2), "storage")
+    assert KEY not in state.deployments

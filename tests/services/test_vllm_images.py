@@ -52,7 +52,7 @@ def deployment(changes: dict[str, Any] | None = None, *, generation: int = 1, im
     chosen = selection.select(md, generation, None, PROVIDERS).decision
     plan = storage.plan(md, key, generation, UID)
     assert isinstance(plan, StoragePlanned)
-    return Deployment(key, generation, UID, md, selection=chosen, storage=plan, image=image)
+    return Deployment(key, md, generation, UID, selection=chosen, storage=plan, image=image)
 
 
 def fake_resolved(requested: str, digest: str) -> ImageResolution:
@@ -373,7 +373,7 @@ def test_provider_compatible_condition_before_the_image() -> None:
     assert found.message == "Configuration compatible with vLLM"
     md = with_defaults(ModelDeployment.model_validate(changed(UPSTREAM_MD, {"spec.resources.gpu.count": 0})))
     d = deployment()
-    d.md = md  # an object that bypassed admission, on a provider selected before the change
+    d.applied = md  # an object that bypassed admission, on a provider selected before the change
     assert workload.image_lookup(d) is None
     refused = decided(d, fake_resolved(DEFAULT_IMAGE, "sha256:x"))
     assert isinstance(refused, RenderFailed)

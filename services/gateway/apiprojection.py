@@ -1,0 +1,95 @@
+"""What the gateway-api control plane knows (Kubernetes mode): deployments and the Gateways they route through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.cluster import OBSERVED, ApisDiscovered, ObjectObserved
+from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
+from contracts.gateway import GatewayReconciled
+from contracts.gatewayapi import GatewayView
+from contracts.modeldeployment import ModelDeployment
+from contracts.pipeline import ProviderSelected
+from contracts.providerconfig import InferenceProviderConfigSpec
+from contracts.subjects import SELECTOR, SPEC, WORKLOAD, Key
+from runtime import desired
+from runtime.desired import Desired
+
+
+@dataclass
+class RoutedDeployment(Desired[ModelDeployment]):
+    selection: ProviderSelected | None = None
+    workload: Decision | None = None  # the workload service's last decision: phase, status.endpoint
+    observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
+
+    @property
+    def running(self) -> bool:
+        return self.workload is not None and self.workload.status.phase == "Running"
+
+    @property
+    def service_ip(self) -> str:
+        """The model Service's cluster IP, as the watcher observed it ("" unknown)."""
+        seen = self.observed.get(("Service", self.key.name))
+        return str(seen.summary.get("clusterIP") or "") if seen is not None and seen.exists else ""
+
+    @property
+    def endpoint(self) -> dict[str, Any] | None:
+        found = self.workload.status.fields.get("endpoint") if self.workload else None
+        return found if isinstance(found, dict) else None
+
+
+@dataclass
+class GatewayApiState:
+    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
+
+    deployments: dict[Key, RoutedDeployment] = field(default_factory=dict)
+    providers: dict[str, InferenceProviderConfigSpec] = field(default_factory=dict)
+    gateways: dict[str, GatewayView] = field(default_factory=dict)  # "namespace/name" → what the watcher saw
+    discovered: ApisDiscovered | None = None
+
+    def apis(self) -> bool:
+        found = self.discovered
+        return found is not None and found.serves_inference_gateway()
+
+    @staticmethod
+    def routes_to(d: RoutedDeployment, gateway: str) -> bool:
+        """Whether the deployment's HTTPRoute attaches to `gateway` now."""
+        last = d.last
+        return (
+            isinstance(last, GatewayReconciled)
+            and last.gateway == gateway
+            and last.reason == "GatewayConfigured"
+            and not d.deleting
+            and d.applied is not None
+        )
+
+    def fold(self, envelope: Envelope, owner: str) -> None:
+        event, key = envelope.event, envelope.key
+        if isinstance(event, ApisDiscovered):
+            self.discovered = event
+            return
+        if key.kind == "Gateway" and isinstance(event, ObjectObserved):
+            ref = f"{key.namespace}/{key.name}"
+            if event.exists:
+                self.gateways[ref] = GatewayView.of(key.namespace, key.name, event.summary)
+            else:
+                self.gateways.pop(ref, None)
+            return
+        if key.kind == "InferenceProviderConfig":
+            if envelope.facet == SPEC and isinstance(event, ResourceApplied):
+                self.providers[key.name] = InferenceProviderConfigSpec.model_validate(event.spec)
+            elif envelope.facet == SPEC and isinstance(event, ResourceDeleted):
+                self.providers.pop(key.name, None)
+            return
+        if key.kind != "ModelDeployment" or desired.fold(self.deployments, envelope, owner, RoutedDeployment, ModelDeployment):
+            return
+        deployment = self.deployments.get(key)
+        if deployment is None:
+            return
+        if envelope.facet == SELECTOR and isinstance(event, ProviderSelected):
+            deployment.selection = event
+        elif envelope.facet == WORKLOAD and isinstance(event, Decision):
+            deployment.workload = event
+        elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
+            deployment.observed[(event.object_kind, event.object_name)] = event
