@@ -26,12 +26,12 @@ from typing import Any
 from nats.js import api
 
 from contracts.events import Envelope, ResourceApplied, StatusReported, StatusSlice, encode, new_envelope
-from contracts.subjects import ALL_EVENTS, Key, kind_filter
+from contracts.subjects import Key, kind_filter
 from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
 from runtime.resources import Resources
-from runtime.service import Effects, Runner, RunnerSettings, Service
+from runtime.service import Delivery, Effects, Runner, RunnerSettings, Service
 
 SPEC = {
     "model": {"id": "Qwen/Qwen3-0.6B", "source": "huggingface"},
@@ -157,44 +157,47 @@ async def main(events: int) -> dict[str, Any]:
     rows[f"rebuild from {md_events:,} events"] = (md_events / rebuild_seconds, raw_read_rate)
     resources = len(service.resources.items)
 
-    # --- consume: the service loop vs raw pull + ack
+    # --- consume: the service loop (fold, reconcile) vs a raw ordered consumer, both in batches
     consume = 10_000
-    raw_consumer = await js.pull_subscribe(
-        kind_filter("ModelDeployment"),
-        durable="raw-bench",
-        stream=EVENTS_STREAM,
-        config=api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT, deliver_policy=api.DeliverPolicy.ALL),
-    )
 
-    async def raw_consume() -> None:
+    async def ordered() -> Any:
+        return await js.subscribe(
+            kind_filter("ModelDeployment"), stream=EVENTS_STREAM, ordered_consumer=True, deliver_policy=api.DeliverPolicy.ALL
+        )
+
+    async def batches(sub: Any, handle: Any) -> None:
         got = 0
         while got < consume:
-            for msg in await raw_consumer.fetch(min(64, consume - got), timeout=5):
-                await msg.ack()
-                got += 1
+            batch = [await sub.next_msg(timeout=5)]
+            while len(batch) < 64 and sub.pending_msgs > 0 and got + len(batch) < consume:
+                batch.append(await sub.next_msg(timeout=5))
+            got += len(batch)
+            await handle(batch)
 
-    rows["consume (fetch, ack)"] = [0.0, await rate(consume, raw_consume)]
+    async def raw_consume() -> None:
+        sub = await ordered()
+
+        async def count(batch: list[Any]) -> None:
+            return None
+
+        await batches(sub, count)
+        await sub.unsubscribe()
+
+    rows["consume (ordered consumer)"] = [0.0, await rate(consume, raw_consume)]
     consumer = Folding()
     loop_runner = Runner(consumer, nc, RunnerSettings())
-    await js.add_consumer(
-        EVENTS_STREAM,
-        api.ConsumerConfig(
-            durable_name="jetway-bench",
-            filter_subject=ALL_EVENTS,
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL,
-            ack_wait=30,
-            max_deliver=7,
-            max_ack_pending=1000,
-        ),
-    )
-    psub = await js.pull_subscribe_bind(durable="jetway-bench", stream=EVENTS_STREAM)
+    feed = loop_runner.feeds[0]
 
     async def ours_consume() -> None:
-        while consumer.handled < consume:
-            await loop_runner.handle_batch(await psub.fetch(64, timeout=5))
+        sub = await ordered()
 
-    rows["consume (fetch, ack)"][0] = await rate(consume, ours_consume)
+        async def handle(batch: list[Any]) -> None:
+            await loop_runner.handle_batch(feed, [Delivery.of(m) for m in batch])
+
+        await batches(sub, handle)
+        await sub.unsubscribe()
+
+    rows["consume (ordered consumer)"][0] = await rate(consume, ours_consume)
 
     # --- decisions recorded per second through the service loop's Effects (OCC + dedup id)
     decide = 2000

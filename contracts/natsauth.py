@@ -36,7 +36,6 @@ from contracts.subjects import (
     GATEWAY,
     GATEWAY_API,
     OBSERVED,
-    PREFIX,
     REPORTED,
     SELECTOR,
     SIGNAL_PREFIX,
@@ -44,6 +43,7 @@ from contracts.subjects import (
     STORAGE,
     WATCHER,
     WORKLOAD,
+    kind_filter,
 )
 
 EVENTS_STREAM = "JETWAY_EVENTS"  # runtime.bus's names (contracts cannot import runtime; a test keeps them equal)
@@ -131,7 +131,7 @@ def inbox_prefix(user: str) -> str:
 
 
 def facet_subjects(service: ServiceUser) -> list[str]:
-    return [f"{PREFIX}.{kind.lower()}.*.*.{w.facet}" for w in service.writes for kind in w.kinds]
+    return [kind_filter(kind, w.facet) for w in service.writes for kind in w.kinds]
 
 
 def jetstream_subjects(service: ServiceUser) -> list[str]:

@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from contracts.events import Envelope, Event, ResourceApplied, type_tag
-from contracts.subjects import PREFIX, Key, matcher
+from contracts.subjects import Key, facet_filter, matcher
 from runtime.eventstore import EventStore
 from runtime.service import Effects, Service
 
@@ -129,7 +129,7 @@ Trial = tuple[dict[str, deque[Event]], str | None]  # subject → what was decid
 
 def filters_of(service: Service) -> list[str]:
     """What the service's runner reads (runtime/service.py `Runner.filters`): what it consumes and its own facet."""
-    return list(dict.fromkeys([*service.consumes, f"{PREFIX}.*.*.*.{service.name}"]))
+    return list(dict.fromkeys([*service.consumes, facet_filter(service.name)]))
 
 
 def _dedupe(keys: Iterable[Key]) -> list[Key]:

@@ -1,31 +1,39 @@
-"""The service loop: rebuild from the stream, then fold → reconcile → ack, forever.
+"""The service loop: rebuild from the stream, then fold → reconcile, forever.
 
 Every service is the same shape (see `Service`): it names the subjects it consumes, folds
 events into its projection, says which resources an event affects, and reconciles one
 resource at a time, level-triggered: `reconcile` reads the projection, decides, and records
-decisions through `Effects.emit`. The runner does the rest:
+decisions through `Effects.emit`. A `Runner` does the rest, for one *scope*: every event (one
+replica of everything, `jetway up`), or one partition (a shard of a scaled-out service,
+runtime/replica.py, which also folds the cluster-wide `g` partition):
 
-- **Rebuild on start.** Every event the service consumes is folded from the stream (an
-  ordered consumer), with no effects, then every known resource is reconciled once; a
-  decision already recorded in the stream is not recorded again.
-- **A durable consumer per service** (`jetway-<name>`): explicit acks after the effect;
-  a failed reconcile is retried with backoff (`nak` with a delay) and, after
-  `max_attempts`, the event goes to `jetway.dlq.<name>` with the reason. An event no decoder
-  can read goes there at once. The consumer keeps going.
+- **Rebuild on start.** Every event in scope the service consumes is folded from the stream
+  (from its snapshot, runtime/snapshots.py, when it has one), with no effects, then every known
+  resource in scope is reconciled once; a decision already recorded is not recorded again.
+- **Ordered consumers, no shared cursor.** After the rebuild the runner follows its scope with
+  JetStream ordered consumers of its own (one filter each, in stream order, self-healing across
+  NATS restarts and failovers). A replica never shares a consumer with another, so a replica
+  that lost a partition cannot take deliveries from the one that holds it now; what a crash
+  left unreconciled is caught by the next holder's start-up pass, as controller-runtime's
+  informers do after a restart.
+- **Retries in memory.** A failed reconcile is retried with backoff (`RunnerSettings.backoff`);
+  after `max_attempts` the event goes to `jetway.dlq.<service>` with the reason. An event no
+  decoder can read, or whose fold raises, goes there at once. Only the runner whose partition
+  the event is in dead-letters it (a global event is read by every shard).
 - **One reconcile of a key at a time**, as controller-runtime's workqueue promises: a key
   asked for while it is being reconciled is marked dirty and reconciled once more after,
   however many times it was asked; different keys run concurrently, up to `concurrency`.
 - **Exactly-once decisions.** A service's decisions live on its own facet subject, appended
   with the facet's last sequence as the projection knew it when the reconcile began: a
-  replayed or redelivered event, a second replica, or a decision made from a view that
-  another writer's decision overtook gets a conflict instead of a duplicate, refreshes, and
-  reconciles again. Message ids are derived from the decision, so a retried append is
-  absorbed by JetStream's de-duplication.
+  replayed event, a second replica, or a decision made from a view that another writer's
+  decision overtook gets a conflict instead of a duplicate, refreshes, and reconciles again.
+  Message ids are derived from the decision, so a retried append is absorbed by JetStream's
+  de-duplication. A shard whose lease lapsed (`valid`) stops deciding before anything else.
 - **Snapshots** (runtime/snapshots.py): every `snapshots.every_events` events or
-  `every_seconds`, the projection is stored with the sequence it covers; a start loads it and
-  replays only the events after it (a snapshot of another version, or unreadable: from the start).
-- NATS restarts are survived (the client reconnects; fetches retry); SIGTERM stops the loop
-  after the batch in hand.
+  `every_seconds`, the projection is stored with the sequence each followed filter is covered
+  through; a start loads it and replays only the events after it.
+- NATS restarts are survived (the client reconnects; ordered consumers reset); SIGTERM stops the
+  loop after the batch in hand.
 """
 
 from __future__ import annotations
@@ -39,18 +47,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 import msgspec
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from contracts.events import Envelope, Event, UndecodableEvent, decode, type_tag
-from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, PREFIX, Key, matcher
+from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, GLOBAL, GLOBAL_KINDS, Key, facet_filter, matcher, partition_filter, subject_partition
 from runtime import telemetry
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, streams_from_env
 from runtime.eventstore import Conflict, EventStore, Item, Undecodable, msg_seq
@@ -95,9 +104,8 @@ class Service:
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    batch: int = 64
-    fetch_timeout: float = 1.0
-    ack_wait: float = 30.0
+    batch: int = 64  # events handled together (their keys reconciled once each)
+    heartbeat: float = 2.0  # the ordered consumers' idle heartbeat: one silent for two of them is made again
     max_attempts: int = 5
     backoff: tuple[float, ...] = (0.2, 1.0, 2.0, 5.0, 10.0)
     concurrency: int = 16
@@ -108,6 +116,10 @@ class RunnerSettings:
 
 class Requeue(Exception):
     """Reconcile the key again (the projection was refreshed after a conflict)."""
+
+
+class NotHeld(Exception):
+    """The runner's partition is no longer this replica's to decide about (its lease lapsed)."""
 
 
 class Effects:
@@ -133,6 +145,8 @@ class Effects:
 
     async def emit(self, key: Key, event: Event, *, facet: str | None = None) -> Envelope:
         """Record a decision about `key` on this service's facet (or another facet it owns)."""
+        if not self.runner.acting():
+            raise NotHeld(f"{key}: partition {key.partition} is no longer held here")
         subject = key.subject(facet or self.runner.service.name)
         expected = self._appended.get(subject)
         if expected is None:
@@ -170,38 +184,107 @@ def _dedupe(keys: Iterable[Key]) -> list[Key]:
     return list(dict.fromkeys(keys))
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """One event as a feed delivered it (or as a retry hands it back): what handling, retrying and dead-lettering need."""
+
+    subject: str
+    data: bytes
+    seq: int
+    stored: datetime | None
+    headers: dict[str, str]
+    pending: int = 0  # what the feed still has after it
+    attempt: int = 1
+
+    @classmethod
+    def of(cls, msg: Msg) -> Delivery:
+        seq, pending, stored = msg_seq(msg)
+        return cls(msg.subject, msg.data, seq, stored, dict(msg.headers or {}), pending)
+
+    def again(self) -> Delivery:
+        return dataclasses.replace(self, attempt=self.attempt + 1)
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What a runner follows: a label (`*` every partition, else the partition) and its one filter subject."""
+
+    label: str
+    filter: str
+
+
+class Runnable(Protocol):
+    """What `run_until_stopped` and a process's health checks need of a runner or a replica of shards."""
+
+    name: str
+    ready: asyncio.Event
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _can_be_global(subject_filter: str) -> bool:
+    """Whether a filter of the service's can match an event of the global partition."""
+    tokens = subject_filter.split(".")
+    if len(tokens) < 3 or tokens[2] not in ("*", ">", GLOBAL):
+        return False
+    if tokens[2] == ">" or len(tokens) < 4 or tokens[3] in ("*", ">"):
+        return True
+    return tokens[3] in {k.lower() for k in GLOBAL_KINDS}
+
+
 class Runner:
-    def __init__(self, service: Service, nc: Client, settings: RunnerSettings | None = None) -> None:
+    """Runs one service over one scope (the module's docstring): every event (`partition=None`), or one partition.
+
+    `owns` narrows which keys a runner of every event decides about (a replicated service whose replicas
+    split the work by leases: the router's probes, the watcher's kinds); `valid` says whether a shard's lease
+    still holds (runtime/replica.py): when it stops holding, the runner stops deciding at once and ends."""
+
+    def __init__(
+        self,
+        service: Service,
+        nc: Client,
+        settings: RunnerSettings | None = None,
+        *,
+        partition: str | None = None,
+        owns: Callable[[Key], bool] | None = None,
+        valid: Callable[[], bool] | None = None,
+    ) -> None:
         self.service = service
         self.nc = nc
         self.settings = settings or RunnerSettings()
+        self.partition = partition
+        self._owns = owns
+        self._valid = valid
+        self.name = service.name if partition is None else f"{service.name}/{partition}"
         self.store = EventStore(nc, producer=service.name)
         self.js: JetStreamContext = nc.jetstream(timeout=5)
         self.seen: dict[str, int] = {}  # subject → last folded stream sequence
         self.folds = 0  # events folded so far; an Effects compares it with `_moved` to see what moved since it began
         self._moved: dict[str, tuple[int, int]] = {}  # subject → (`folds` at its last fold, its sequence before that fold)
-        self.durable = f"jetway-{service.name}"
         self.ready = asyncio.Event()
-        self.lag = 0
         self.passes = 0  # level-triggered passes over every key completed (start-up, resyncs)
+        self.retries = 0  # reconciles retried after a failure
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
+        self._retrying: set[asyncio.Task[None]] = set()
         self._limit = asyncio.Semaphore(self.settings.concurrency)
         self._queued: dict[Key, _Run] = {}  # key → its next reconcile, not started yet
         self._workers: dict[Key, asyncio.Task[None]] = {}  # key → the task reconciling it, while it has work
         self._tracer = trace.get_tracer("jetway.service")
-        # Consumers read every event and match the service's filters here: on nats-server 2.15
-        # a consumer with several filter subjects delivers ~50x slower than one with a single
-        # filter (docs/event-store.md has the measurements).
+        # Feeds read a broad filter and match the service's filters here: on nats-server 2.15 a consumer
+        # with several filter subjects delivers ~50x slower than one with a single filter (docs/event-store.md).
         self._wanted = matcher(self.filters)
-        # Snapshots: `covered` is the sequence through which every event is folded (in stream order; an
-        # `emit` folds its own decision ahead of it, which `seen` remembers), what a snapshot says it holds.
-        self.covered = 0
+        self.feeds = self._feeds()
+        # Snapshots: `covered[label]` is the sequence through which every event of that feed is folded (an
+        # `emit` folds its own decision ahead of it, which `seen` remembers): what a snapshot says it holds.
+        self.covered: dict[str, int] = {}
+        self.lags: dict[str, int] = {}
         self.restored: Restored | None = None  # the snapshot this start began from, if any
         self.snapshots_written = 0
-        self.gapped = False  # the consumer skipped sequences: this projection is no longer a prefix of the stream
         self.replayed = 0  # events the last rebuild read from the stream (after the snapshot, if one was loaded)
-        self._snapshots = SnapshotStore(self.js, service.name) if self.settings.snapshots.enabled else None
+        self._snapshots = SnapshotStore(self.js, service.name, partition) if self.settings.snapshots.enabled else None
         self._codec: Codec | None = None
         self._stream_created = ""
         self._folds_at_snapshot = 0
@@ -210,11 +293,43 @@ class Runner:
 
     @property
     def filters(self) -> list[str]:
-        own = f"{PREFIX}.*.*.*.{self.service.name}"
-        return list(dict.fromkeys([*self.service.consumes, own]))
+        return list(dict.fromkeys([*self.service.consumes, facet_filter(self.service.name)]))
+
+    def _feeds(self) -> list[Feed]:
+        if self.partition is None:
+            return [Feed("*", ALL_EVENTS)]
+        feeds = [Feed(self.partition, partition_filter(self.partition))]
+        if self.partition != GLOBAL and any(_can_be_global(f) for f in self.filters):
+            feeds.append(Feed(GLOBAL, partition_filter(GLOBAL)))  # the cluster-wide inputs every shard folds
+        return feeds
 
     def wants(self, subject: str) -> bool:
         return self._wanted.match(subject) is not None
+
+    def owns(self, key: Key) -> bool:
+        """Whether this runner decides about `key` (its partition's; or, over every event, what `owns` grants)."""
+        if self.partition is not None:
+            return key.partition == self.partition
+        return self._owns is None or self._owns(key)
+
+    def acting(self) -> bool:
+        """Whether this runner may decide now: a shard only while its lease holds."""
+        return self._valid is None or self._valid()
+
+    @property
+    def lag(self) -> int:
+        """Events stored in scope and not handled yet (as the feeds last said)."""
+        return sum(self.lags.values())
+
+    @property
+    def seq(self) -> int:
+        """The highest sequence this runner's feeds are covered through."""
+        return max(self.covered.values(), default=0)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a reconcile or a retry is in flight."""
+        return bool(self._workers or self._queued or self._retrying)
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -250,7 +365,8 @@ class Runner:
 
     async def rebuild(self) -> int:
         started = time.perf_counter()
-        since = await self._restore()
+        self.covered = await self._restore()
+        since = dict(self.covered)
         replayed = 0
 
         def fold_item(item: Item) -> None:
@@ -258,8 +374,9 @@ class Runner:
             replayed += 1
             self._fold_item(item)
 
-        last = max(since, await self.store.scan(ALL_EVENTS, fold_item, select=self.wants, since_seq=since + 1))
-        self.covered = last
+        for feed in self.feeds:
+            last = await self.store.scan(feed.filter, fold_item, select=self.wants, since_seq=self.covered.get(feed.label, 0) + 1)
+            self.covered[feed.label] = max(self.covered.get(feed.label, 0), last)
         # what was replayed counts toward the next snapshot: a long replay is followed by one
         self._folds_at_snapshot, self._snapshot_at = 0, time.monotonic()
         self.replayed = replayed
@@ -268,14 +385,14 @@ class Runner:
         log.info(
             "projection rebuilt",
             extra={
-                "service": self.service.name,
-                "through_seq": last,
-                "from_snapshot_seq": since or None,
+                "service": self.name,
+                "through_seq": self.seq,
+                "from_snapshot_seq": max(since.values(), default=0) or None,
                 "events_replayed": replayed,
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )
-        return last
+        return self.seq
 
     # --- snapshots -------------------------------------------------------------------------
 
@@ -288,64 +405,66 @@ class Runner:
             try:
                 self._codec = Codec(projection)
             except TypeError as exc:  # a projection the codec cannot read: the service replays in full, as before
-                log.error("snapshots off: %s", exc, extra={"service": self.service.name})
+                log.error("snapshots off: %s", exc, extra={"service": self.name})
                 self._snapshots = None
         return self._codec
 
-    async def _restore(self) -> int:
-        """Load the snapshot into the projection; the sequence to replay after (0: from the start)."""
+    async def _restore(self) -> dict[str, int]:
+        """Load the snapshot into the projection; what each feed is covered through by it (empty: from the start)."""
         info = await self.js.stream_info(EVENTS_STREAM)
         self._stream_created = str(info.created or "")
         codec = self.codec()
         if codec is None or self._snapshots is None:
-            return 0
-        name = self.service.name
+            return {}
         try:
             data = await self._snapshots.get()
             if data is None:
-                return 0
+                return {}
             snapshot = codec.header(data)
             if snapshot.stream_created != self._stream_created or snapshot.seq > int(info.state.last_seq):
                 raise Unusable(f"taken of another event stream (created {snapshot.stream_created}, through {snapshot.seq})")
+            if set(snapshot.covered) != {feed.label for feed in self.feeds}:
+                raise Unusable(f"taken of other feeds ({', '.join(sorted(snapshot.covered))})")
             codec.restore(snapshot, self.service.projection())
         except Unusable as exc:
-            log.warning("snapshot ignored, replaying from the start: %s", exc, extra={"service": name})
-            return 0
+            log.warning("snapshot ignored, replaying from the start: %s", exc, extra={"service": self.name})
+            return {}
         except Exception as exc:  # NATS, a missing chunk: the snapshot only saves time
-            log.warning("snapshot not read, replaying from the start: %s: %s", type(exc).__name__, exc, extra={"service": name})
-            return 0
+            log.warning("snapshot not read, replaying from the start: %s: %s", type(exc).__name__, exc, extra={"service": self.name})
+            return {}
         self.seen = dict(snapshot.seen)
         self.restored = Restored(snapshot.seq, dict(snapshot.seen), snapshot.written_at)
-        log.info("snapshot loaded", extra={"service": name, "seq": snapshot.seq, "written_at": snapshot.written_at.isoformat()})
-        return snapshot.seq
+        log.info("snapshot loaded", extra={"service": self.name, "seq": snapshot.seq, "written_at": snapshot.written_at.isoformat()})
+        return dict(snapshot.covered)
 
     def _snapshot_due(self) -> bool:
-        if self.gapped:
-            return False
         since = self.folds - self._folds_at_snapshot
         settings = self.settings.snapshots
         return since >= settings.every_events or (since > 0 and time.monotonic() - self._snapshot_at >= settings.every_seconds)
 
     def snapshot_now(self) -> asyncio.Task[None] | None:
-        """Take a snapshot (synchronously: no fold runs between the state and its sequence) and store it in
+        """Take a snapshot (synchronously: no fold runs between the state and its sequences) and store it in
         the background; the storing task, or None when snapshots are off or one is being stored."""
         codec = self.codec()
-        if codec is None or self._snapshots is None or self.gapped or (self._snapshotting is not None and not self._snapshotting.done()):
+        if codec is None or self._snapshots is None or (self._snapshotting is not None and not self._snapshotting.done()):
             return None
+        if not self.acting():
+            return None  # a shard that lost its lease leaves the snapshot to the next holder
         try:
             data = codec.encode(
                 self.service.projection(),
-                runner=self.service.name,
-                seq=self.covered,
+                runner=self.name,
+                seq=self.seq,
+                covered=dict(self.covered),
                 seen=dict(self.seen),
                 stream_created=self._stream_created,
             )
         except Exception as exc:  # a projection holding what must not be stored: no snapshot, said loudly
-            log.error("snapshot not taken: %s: %s", type(exc).__name__, exc, extra={"service": self.service.name})
+            log.error("snapshot not taken: %s: %s", type(exc).__name__, exc, extra={"service": self.name})
             self._folds_at_snapshot, self._snapshot_at = self.folds, time.monotonic()
             return None
         self._folds_at_snapshot, self._snapshot_at = self.folds, time.monotonic()
-        self._snapshotting = asyncio.create_task(self._store_snapshot(data, self.covered), name=f"{self.service.name}-snapshot")
+        self._snapshotting = asyncio.create_task(self._store_snapshot(data, self.seq), name=f"{self.name}-snapshot")
         return self._snapshotting
 
     async def _store_snapshot(self, data: bytes, seq: int) -> None:
@@ -354,12 +473,12 @@ class Runner:
         try:
             await self._snapshots.put(data)
         except Exception as exc:
-            log.warning("snapshot not stored: %s: %s", type(exc).__name__, exc, extra={"service": self.service.name})
+            log.warning("snapshot not stored: %s: %s", type(exc).__name__, exc, extra={"service": self.name})
             return
         self.snapshots_written += 1
         log.info(
             "snapshot stored",
-            extra={"service": self.service.name, "seq": seq, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)},
+            extra={"service": self.name, "seq": seq, "bytes": len(data), "seconds": round(time.perf_counter() - started, 3)},
         )
 
     async def _snapshot_timer(self) -> None:
@@ -391,7 +510,7 @@ class Runner:
         else:
             run.join(cause)
         if key not in self._workers:
-            self._workers[key] = asyncio.create_task(self._work(key), name=f"{self.service.name}-reconcile")
+            self._workers[key] = asyncio.create_task(self._work(key), name=f"{self.name}-reconcile")
         await run.done.wait()
         if run.error is not None:
             raise run.error
@@ -426,131 +545,103 @@ class Runner:
                 continue
         raise RuntimeError(f"{key}: still conflicting after {self.settings.conflict_retries} refreshes")
 
-    async def reconcile_all(self) -> None:
-        results = await asyncio.gather(*(self.reconcile(k) for k in _dedupe(self.service.keys())), return_exceptions=True)
+    async def reconcile_all(self, partition: str | None = None) -> None:
+        """A level-triggered pass over every key this runner owns (of one partition, when given)."""
+        keys = [k for k in _dedupe(self.service.keys()) if self.owns(k) and (partition is None or k.partition == partition)]
+        results = await asyncio.gather(*(self.reconcile(k) for k in keys), return_exceptions=True)
         for error in results:
-            if isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError):
-                log.warning("reconcile failed: %s", error, extra={"service": self.service.name})
+            if isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError | NotHeld):
+                log.warning("reconcile failed: %s", error, extra={"service": self.name})
         self.passes += 1
 
-    # --- consuming -------------------------------------------------------------------------
+    # --- following the stream --------------------------------------------------------------
 
-    async def _consumer(self, start_after: int) -> Any:
-        config = api.ConsumerConfig(
-            durable_name=self.durable,
-            filter_subject=ALL_EVENTS,
-            ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=self.settings.ack_wait,
-            max_deliver=self.settings.max_attempts + 2,  # a safety net; the runner dead-letters first
-            max_ack_pending=1000,
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=start_after + 1,
-        )
-        try:
-            info = await self.js.consumer_info(EVENTS_STREAM, self.durable)
-        except nats.js.errors.NotFoundError:
-            await self.js.add_consumer(EVENTS_STREAM, config)
-        else:
-            if info.config.filter_subject != ALL_EVENTS or info.config.filter_subjects or info.config.ack_wait != config.ack_wait:
-                # keep the position, change what it delivers
-                config.deliver_policy = info.config.deliver_policy
-                config.opt_start_seq = info.config.opt_start_seq
-                await self.js.add_consumer(EVENTS_STREAM, config)
-        return await self.js.pull_subscribe_bind(durable=self.durable, stream=EVENTS_STREAM)
-
-    async def _dead_letter(self, msg: Msg, reason: str, deliveries: int) -> None:
+    async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Move an event aside with the reason, once: by the runner whose partition it is in."""
+        if self.partition is not None and subject_partition(delivery.subject) != self.partition:
+            return
         headers = {
-            "Jetway-Dlq-Subject": msg.subject,
-            "Jetway-Dlq-Seq": str(msg_seq(msg)[0]),
+            "Jetway-Dlq-Subject": delivery.subject,
+            "Jetway-Dlq-Seq": str(delivery.seq),
             "Jetway-Dlq-Reason": reason[:1000],
-            "Jetway-Dlq-Deliveries": str(deliveries),
+            "Jetway-Dlq-Deliveries": str(delivery.attempt),
             "Jetway-Dlq-Service": self.service.name,
         }
-        await self.js.publish(f"{DLQ_PREFIX}.{self.service.name}", msg.data, stream=DLQ_STREAM, headers=headers)
-        telemetry.events_dead_lettered.add(1, {"service": self.service.name})
-        log.error("event dead-lettered", extra={"service": self.service.name, "subject": msg.subject, "reason": reason})
-        await msg.term()
-
-    async def _held_between(self, first: int, until: int) -> bool:
-        """Whether the stream still holds an event at a sequence in [first, until): one another consumer
-        of ours was given. When unsure (NATS did not answer), yes: a snapshot is only skipped."""
         try:
-            found = await self.js.get_msg(EVENTS_STREAM, seq=first, next=True, subject=ALL_EVENTS, direct=True)
-        except Exception:  # any failure reads as "held": the safe side
-            return True
-        return found.seq is not None and found.seq < until
+            await self.js.publish(f"{DLQ_PREFIX}.{self.service.name}", delivery.data, stream=DLQ_STREAM, headers=headers)
+        except Exception as exc:  # NATS away: said, not raised (the event stays in the log)
+            log.error("event not dead-lettered: %s", exc, extra={"service": self.name, "subject": delivery.subject})
+            return
+        telemetry.events_dead_lettered.add(1, {"service": self.service.name})
+        log.error("event dead-lettered", extra={"service": self.name, "subject": delivery.subject, "reason": reason})
 
-    async def handle_batch(self, msgs: list[Msg]) -> None:
+    async def handle_batch(self, feed: Feed, deliveries: list[Delivery]) -> None:
         started = time.perf_counter()
-        pending: list[tuple[Msg, Envelope, list[Key]]] = []  # message, its event, the keys it affects
-        for msg in msgs:
-            seq, remaining, stored = msg_seq(msg)
-            self.lag = remaining
-            # The consumer delivers every sequence in order (a redelivery is behind, folded already): once the
-            # next one is folded or skipped below, before the next await, everything up to it is.
-            # Sequences the stream no longer holds (a facet's history trimmed, runtime/bus.py) are not a gap.
-            trimmed = seq > self.covered + 1 and not self.gapped and not await self._held_between(self.covered + 1, seq)
-            covered = seq if seq == self.covered + 1 or trimmed else self.covered
-            if seq > self.covered + 1 and not trimmed and not self.gapped:
-                # A replica sharing the consumer was given the events between: this projection now holds events
-                # folded without those before them, which no replay of a snapshot of it would reproduce.
-                self.gapped = True
-                if self._snapshots is not None:
-                    log.warning(
-                        "snapshots off until restart: the consumer skipped events (another replica takes them)",
-                        extra={"service": self.service.name, "covered": self.covered, "delivered": seq},
-                    )
-            if not self.wants(msg.subject):
-                self.covered = covered
-                await msg.ack()
+        pending: list[tuple[Delivery, Envelope, list[Key]]] = []  # delivery, its event, the keys it affects
+        for delivery in deliveries:
+            self.lags[feed.label] = delivery.pending
+            if not self.wants(delivery.subject):
+                self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
                 continue
-            deliveries = msg.metadata.num_delivered
-            if deliveries > 1:
-                telemetry.events_redelivered.add(1, {"service": self.service.name})
             try:
-                envelope = decode(msg.data, subject=msg.subject, seq=seq, stored_at=stored)
+                envelope = decode(delivery.data, subject=delivery.subject, seq=delivery.seq, stored_at=delivery.stored)
             except UndecodableEvent as exc:
-                self.seen[msg.subject] = max(self.seen.get(msg.subject, 0), seq)
-                self.covered = covered
-                await self._dead_letter(msg, exc.reason, deliveries)
+                self.seen[delivery.subject] = max(self.seen.get(delivery.subject, 0), delivery.seq)
+                self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
+                await self._dead_letter(delivery, exc.reason)
                 continue
             try:
                 folded = self.fold(envelope)
-                keys = _dedupe(self.service.affected(envelope))
+                keys = [k for k in _dedupe(self.service.affected(envelope)) if self.owns(k)]
             except Exception as exc:  # a fold that fails on a valid event will fail again: do not retry it
-                self.covered = covered
-                await self._dead_letter(msg, f"fold failed: {type(exc).__name__}: {exc}", deliveries)
+                self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
+                await self._dead_letter(delivery, f"fold failed: {type(exc).__name__}: {exc}")
                 continue
-            self.covered = covered
+            # every event of the feed up to this one is folded now, before the next await (a snapshot's sequence)
+            self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
             if not folded and envelope.producer == self.service.name:
-                await msg.ack()  # our own decision, echoed back: nothing new to reconcile
-                continue
-            pending.append((msg, envelope, keys))
-        failures = await self._reconcile_batch(pending)
-        for msg, envelope, keys in pending:
-            failed = [failures[k] for k in keys if k in failures]
-            outcome = "ok"
-            if not failed:
-                await msg.ack()
-            else:
-                outcome = "failed"
-                deliveries = msg.metadata.num_delivered
-                if deliveries >= self.settings.max_attempts:
-                    await self._dead_letter(msg, failed[0], deliveries)
-                else:
-                    delay = self.settings.backoff[min(deliveries - 1, len(self.settings.backoff) - 1)]
-                    await msg.nak(delay=delay)
-            telemetry.events_handled.add(1, {"service": self.service.name, "type": envelope.type, "outcome": outcome})
+                continue  # our own decision, echoed back: nothing new to reconcile
+            if keys:
+                pending.append((delivery, envelope, keys))
+        if not self.acting():
+            self.stop()  # the lease lapsed: the next holder reconciles what is in its partition
+            return
+        await self._settle(pending)
         telemetry.handler_duration.record(time.perf_counter() - started, {"service": self.service.name})
         if self._snapshot_due():
             self.snapshot_now()
 
-    async def _reconcile_batch(self, pending: list[tuple[Msg, Envelope, list[Key]]]) -> dict[Key, str]:
+    async def _settle(self, pending: list[tuple[Delivery, Envelope, list[Key]]]) -> None:
+        """Reconcile each affected key once; a failure is retried after a backoff, then dead-lettered."""
+        failures = await self._reconcile_batch(pending)
+        for delivery, envelope, keys in pending:
+            failed = [k for k in keys if k in failures]
+            telemetry.events_handled.add(1, {"service": self.service.name, "type": envelope.type, "outcome": "failed" if failed else "ok"})
+            if not failed or not self.acting():
+                continue
+            if delivery.attempt >= self.settings.max_attempts:
+                await self._dead_letter(delivery, failures[failed[0]])
+                continue
+            delay = self.settings.backoff[min(delivery.attempt - 1, len(self.settings.backoff) - 1)]
+            task = asyncio.create_task(self._retry(delay, delivery.again(), envelope, failed), name=f"{self.name}-retry")
+            self._retrying.add(task)
+            task.add_done_callback(self._retrying.discard)
+
+    async def _retry(self, delay: float, delivery: Delivery, envelope: Envelope, keys: list[Key]) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), delay)
+        if self._stopping.is_set():
+            return
+        self.retries += 1
+        telemetry.events_redelivered.add(1, {"service": self.service.name})
+        await self._settle([(delivery, envelope, keys)])
+
+    async def _reconcile_batch(self, pending: list[tuple[Delivery, Envelope, list[Key]]]) -> dict[Key, str]:
         """Reconcile each affected key once (the latest event is its cause); key → error for failures."""
         causes: dict[Key, tuple[Envelope, dict[str, str]]] = {}
-        for msg, envelope, keys in pending:
+        for delivery, envelope, keys in pending:
             for key in keys:
-                causes[key] = (envelope, msg.headers or {})
+                causes[key] = (envelope, delivery.headers)
         failures: dict[Key, str] = {}
 
         async def one(key: Key, cause: Envelope, headers: dict[str, str]) -> None:
@@ -575,39 +666,62 @@ class Runner:
                 except Exception as exc:
                     span.set_status(Status(StatusCode.ERROR, str(exc)))
                     failures[key] = f"reconcile failed: {type(exc).__name__}: {exc}"
-                    log.warning("reconcile failed", extra={"service": self.service.name, "resource": str(key), "error": str(exc)})
+                    if not isinstance(exc, NotHeld):
+                        log.warning("reconcile failed", extra={"service": self.name, "resource": str(key), "error": str(exc)})
 
         await asyncio.gather(*(one(k, c, h) for k, (c, h) in causes.items()))
         return failures
 
-    async def _fetch_loop(self, psub: Any) -> None:
+    async def _follow(self, feed: Feed) -> None:
+        """Hand the feed's events, from where the rebuild left it, to `handle_batch` in batches, until stopped.
+        A subscription that fails (the connection closed under it) is made again from where it was, after a
+        pause; a closed connection that stays closed (the process is going) ends the feed quietly."""
         delay = 0.1
-        stopping = asyncio.ensure_future(self._stopping.wait())
         while not self._stopping.is_set():
-            fetching = asyncio.ensure_future(psub.fetch(self.settings.batch, timeout=self.settings.fetch_timeout))
-            await asyncio.wait([fetching, stopping], return_when=asyncio.FIRST_COMPLETED)
-            if not fetching.done():  # stopping: whatever this fetch would bring is redelivered later
-                fetching.cancel()
-                with contextlib.suppress(BaseException):
-                    await fetching
-                break
             try:
-                msgs = fetching.result()
-            except (TimeoutError, nats.errors.TimeoutError):
-                self.lag = 0
-                continue
+                await self._follow_once(feed)
+                return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # NATS restarting, consumer briefly gone: wait and try again
-                log.debug("fetch failed: %s", exc, extra={"service": self.service.name})
-                await asyncio.sleep(delay)
+            except Exception as exc:
+                if self.nc.is_closed:
+                    return
+                log.info("following %s failed (%s): subscribing again", feed.filter, exc, extra={"service": self.name})
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
                 delay = min(delay * 2, 2.0)
-                if isinstance(exc, nats.js.errors.NotFoundError):
-                    psub = await self._consumer(max(self.seen.values(), default=0))
-                continue
-            delay = 0.1
-            await self.handle_batch(msgs)
-        stopping.cancel()
+
+    async def _follow_once(self, feed: Feed) -> None:
+        config = api.ConsumerConfig(opt_start_seq=self.covered.get(feed.label, 0) + 1)
+        sub: Subscription = await self.js.subscribe(
+            feed.filter,
+            stream=EVENTS_STREAM,
+            ordered_consumer=True,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            config=config,
+            idle_heartbeat=self.settings.heartbeat,
+        )
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        waiting: asyncio.Future[Msg] | None = None
+        try:
+            while not self._stopping.is_set():
+                waiting = asyncio.ensure_future(sub.next_msg(timeout=None))
+                await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
+                if not waiting.done():  # stopping: the next holder (or the next start) reads on from the stream
+                    break
+                batch = [Delivery.of(waiting.result())]
+                waiting = None
+                while len(batch) < self.settings.batch and sub.pending_msgs > 0:
+                    batch.append(Delivery.of(await sub.next_msg(timeout=1)))
+                await self.handle_batch(feed, batch)
+        finally:
+            stopping.cancel()
+            if waiting is not None:
+                waiting.cancel()
+                with contextlib.suppress(BaseException):
+                    await waiting
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     async def _resync(self) -> None:
         interval = self.service.resync_interval
@@ -620,28 +734,34 @@ class Runner:
                 await self.reconcile_all()
 
     async def run(self) -> None:
-        """Rebuild, reconcile what is known, then consume until `stop()`."""
+        """Rebuild, reconcile what is known, then follow the stream until `stop()`."""
         await ensure_streams(self.js, self.settings.streams)
-        last = await self.rebuild()
+        await self.rebuild()
         self.service.rebuilt()
         if self._snapshot_due():
             self.snapshot_now()
-        psub = await self._consumer(last)
-        telemetry.register_lag(self.service.name, lambda: self.lag)
+        telemetry.register_lag(self.name, lambda: self.lag)
         await self.reconcile_all()
         self._tasks = [
-            asyncio.create_task(self.service.alongside(self), name=f"{self.service.name}-alongside"),
-            asyncio.create_task(self._resync(), name=f"{self.service.name}-resync"),
-            asyncio.create_task(self._snapshot_timer(), name=f"{self.service.name}-snapshot-timer"),
+            *(asyncio.create_task(self._follow(feed), name=f"{self.name}-follow-{feed.label}") for feed in self.feeds),
+            asyncio.create_task(self.service.alongside(self), name=f"{self.name}-alongside"),
+            asyncio.create_task(self._resync(), name=f"{self.name}-resync"),
+            asyncio.create_task(self._snapshot_timer(), name=f"{self.name}-snapshot-timer"),
         ]
         self.ready.set()
-        log.info("service running", extra={"service": self.service.name})
+        log.info("service running", extra={"service": self.name})
         try:
-            await self._fetch_loop(psub)
+            stopping = asyncio.create_task(self._stopping.wait())
+            done, _ = await asyncio.wait([stopping, *self._tasks[: len(self.feeds)]], return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            for task in done:
+                if task is not stopping and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]  # a feed that failed for good: the runner with it
         finally:
-            for task in self._tasks:
+            self._stopping.set()
+            for task in [*self._tasks, *self._retrying]:
                 task.cancel()
-            for task in self._tasks:
+            for task in [*self._tasks, *self._retrying]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             workers = list(self._workers.values())  # reconciles still running for the cancelled duties (a resync pass)
@@ -653,20 +773,20 @@ class Runner:
             if self._snapshotting is not None:  # a half-stored object would leave its chunks behind: let it finish
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(asyncio.shield(self._snapshotting), 30)
-            with contextlib.suppress(Exception):
-                await psub.unsubscribe()
-            log.info("service stopped", extra={"service": self.service.name})
+            log.info("service stopped", extra={"service": self.name})
 
     def stop(self) -> None:
         self._stopping.set()
 
 
-async def run_until_stopped(runners: list[Runner], stop: asyncio.Event, on_ready: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Run several services in one process until `stop` is set (SIGTERM, Ctrl-C), then drain.
-
-    A service that fails stops the others: a half-running control plane is worse than none.
+async def run_until_stopped(
+    runners: Iterable[Runnable], stop: asyncio.Event, on_ready: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Run several services (runners, or replicas of shards) in one process until `stop` is set (SIGTERM,
+    Ctrl-C), then drain. A service that fails stops the others: a half-running control plane is worse than none.
     """
-    tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
+    runners = list(runners)
+    tasks = [asyncio.create_task(r.run(), name=r.name) for r in runners]
     waiting = asyncio.create_task(stop.wait())
     try:
         ready = asyncio.create_task(asyncio.wait([asyncio.create_task(r.ready.wait()) for r in runners]))
@@ -684,4 +804,4 @@ async def run_until_stopped(runners: list[Runner], stop: asyncio.Event, on_ready
             raise result
 
 
-__all__ = ["Effects", "Runner", "RunnerSettings", "Service", "Undecodable", "run_until_stopped"]
+__all__ = ["Delivery", "Effects", "NotHeld", "Runnable", "Runner", "RunnerSettings", "Service", "Undecodable", "run_until_stopped"]

@@ -11,12 +11,15 @@ One mechanism for every service (docs/event-store.md, "Snapshots"):
   changes); the snapshot also records a fingerprint of the projection's shape (field names and types,
   recursively), so a shape changed without a bump is caught as well. Either differing: the snapshot
   is ignored with a log line, and the service replays from the start.
-- **Which sequence.** `seq` is the stream sequence through which every event was folded (the
-  runner's in-order watermark), and `seen` the runner's per-subject watermark: a decision the service
-  folded ahead of the consumer (its own append) is not folded twice when the tail is replayed.
-- **Where.** A NATS object store per runner, `jetway-snapshots-<runner>`, one object `projection`:
-  a projection outgrows one NATS message (1 MiB by default), and the object store chunks it; one
-  bucket per runner lets each service's NATS user reach its own bucket only (contracts/natsauth.py).
+- **Which sequence.** `covered` is, for each filter the runner follows (every event, or its partition
+  and the global one), the stream sequence through which every event of it was folded (the runner's
+  in-order watermarks), and `seen` the runner's per-subject watermark: a decision the service folded
+  ahead of the consumer (its own append) is not folded twice when the tail is replayed.
+- **Where.** A NATS object store per service, `jetway-snapshots-<service>`, one object per scope:
+  `projection` for a runner of every event, `projection-<partition>` for a shard (runtime/replica.py),
+  so whichever replica holds a partition next starts from its snapshot. A projection outgrows one NATS
+  message (1 MiB by default), and the object store chunks it; one bucket per service lets each
+  service's NATS user reach its own bucket only (contracts/natsauth.py).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from nats.js.object_store import ObjectStore
 
 log = logging.getLogger("jetway.snapshots")
 
-FORMAT = 1  # the layout of `Snapshot` itself
+FORMAT = 2  # the layout of `Snapshot` itself (2: `covered` per followed filter)
 OBJECT = "projection"
 BUCKET_PREFIX = "jetway-snapshots-"
 
@@ -317,7 +320,8 @@ class Snapshot(msgspec.Struct, kw_only=True):
     runner: str
     version: int
     fingerprint: str
-    seq: int  # every event up to here is folded into `state`
+    seq: int  # the highest of `covered`
+    covered: dict[str, int]  # followed filter (`*`, or a partition) → every event of it up to here is folded into `state`
     seen: dict[str, int]  # subject → its last folded sequence (some may be past `seq`)
     stream_created: str  # the event stream's creation time: a stream made again restarts its sequences
     written_at: datetime
@@ -357,7 +361,9 @@ class Codec:
         shape = ";".join(f"{n}:{types_.describe(hints[n])}" for n in self.fields)
         self.fingerprint = hashlib.sha256(f"{self.type.__module__}.{self.type.__qualname__}|{shape}".encode()).hexdigest()[:32]
 
-    def encode(self, projection: Any, *, runner: str, seq: int, seen: dict[str, int], stream_created: str) -> bytes:
+    def encode(
+        self, projection: Any, *, runner: str, seq: int, covered: dict[str, int], seen: dict[str, int], stream_created: str
+    ) -> bytes:
         """The snapshot's bytes, taken now (synchronously: no fold can run in between)."""
         state = msgspec.Raw(_encoder.encode({n: getattr(projection, n) for n in self.fields}))
         snapshot = Snapshot(
@@ -366,6 +372,7 @@ class Codec:
             version=self.version,
             fingerprint=self.fingerprint,
             seq=seq,
+            covered=covered,
             seen=seen,
             stream_created=stream_created,
             written_at=datetime.now(UTC),
@@ -400,11 +407,13 @@ class Codec:
 
 
 class SnapshotStore:
-    """One runner's snapshots: the object `projection` in the object store `jetway-snapshots-<runner>`."""
+    """One runner's snapshots: the object `projection` (or `projection-<partition>`, a shard's) in the object
+    store `jetway-snapshots-<service>`."""
 
-    def __init__(self, js: JetStreamContext, runner: str) -> None:
+    def __init__(self, js: JetStreamContext, runner: str, partition: str | None = None) -> None:
         self.js = js
         self.bucket = bucket_of(runner)
+        self.object = OBJECT if partition is None else f"{OBJECT}-{partition}"
         self.stream = f"OBJ_{self.bucket}"
         self._store: ObjectStore | None = None
 
@@ -420,13 +429,13 @@ class SnapshotStore:
         return self._store
 
     async def put(self, data: bytes) -> None:
-        await (await self._bucket()).put(OBJECT, data)
+        await (await self._bucket()).put(self.object, data)
 
     async def get(self, timeout: float = 60.0) -> bytes | None:
         """The stored bytes, None when there is none; an exception when they cannot be read whole."""
         store = await self._bucket()
         try:
-            info = await store.get_info(OBJECT)
+            info = await store.get_info(self.object)
         except NotFoundError:
             return None
         if not info.size:

@@ -19,7 +19,7 @@ from contracts.gateway import GatewayReconciled
 from contracts.gatewayapi import GatewayView
 from contracts.objects import ref as reference
 from contracts.providerconfig import EngineGateway
-from contracts.subjects import GATEWAY_API, SELECTOR, WORKLOAD, Key, kind_filter
+from contracts.subjects import GATEWAY_API, SELECTOR, WATCHER, WORKLOAD, Key, kind_filter
 from runtime.desired import withdraw
 from runtime.kube import Kube, KubeError
 from runtime.kubewriter import KubeWriter, NotServed, ResourceConflict
@@ -41,7 +41,7 @@ class GatewayApiService(Service):
         kind_filter("ModelDeployment", SELF),
         kind_filter("InferenceProviderConfig"),
         kind_filter("Gateway", OBSERVED),
-        DISCOVERY.subject("watcher"),
+        DISCOVERY.subject(WATCHER),
     )
 
     def __init__(

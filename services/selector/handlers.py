@@ -12,7 +12,7 @@ from contracts.conditions import carried, same_decision
 from contracts.events import Envelope
 from contracts.objects import PAUSED
 from contracts.pipeline import ProviderSelected, RuleFailure, SelectionFailed, SelectionRulesChecked
-from contracts.subjects import SPEC, Key, kind_filter
+from contracts.subjects import GLOBAL, PREFIX, SPEC, Key, kind_filter
 from runtime.service import Effects, Service
 from services.selector import decide
 from services.selector.projection import SELF, SelectorState
@@ -20,7 +20,7 @@ from services.selector.projection import SELF, SelectorState
 
 class SelectorService(Service):
     name = SELF
-    consumes = (kind_filter("ModelDeployment"), kind_filter("ModelDeployment", SELF), "jetway.evt.inferenceproviderconfig.>")
+    consumes = (kind_filter("ModelDeployment"), kind_filter("ModelDeployment", SELF), f"{PREFIX}.{GLOBAL}.inferenceproviderconfig.>")
 
     def __init__(self) -> None:
         self.state = SelectorState()

@@ -11,7 +11,7 @@ from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved, delet
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope, ResourceApplied, StatusReported, StatusSlice
 from contracts.pipeline import WorkloadRendered
-from contracts.subjects import SPEC, Key, kind_filter
+from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WATCHER, Key, kind_filter
 from runtime.kubewriter import NotServed, ResourceConflict
 from runtime.service import Effects, Service
 from runtime.writer import RecordedWriter, Writer
@@ -33,11 +33,11 @@ class WorkloadService(Service):
     name = SELF
     consumes = (
         kind_filter("ModelDeployment"),
-        kind_filter("ModelDeployment", "selector"),
-        kind_filter("ModelDeployment", "storage"),
-        kind_filter("ModelDeployment", "observed"),
+        kind_filter("ModelDeployment", SELECTOR),
+        kind_filter("ModelDeployment", STORAGE),
+        kind_filter("ModelDeployment", OBSERVED),
         kind_filter(PROVIDER_KIND),
-        DISCOVERY.subject("watcher"),
+        DISCOVERY.subject(WATCHER),
     )
 
     def __init__(

@@ -21,7 +21,8 @@ from cli import history
 from cli.main import main
 from contracts.events import Envelope, StatusCondition, StatusSlice
 from contracts.pipeline import ProviderSelected, WorkloadRendered
-from runtime.bus import EVENTS_STREAM, connect
+from contracts.subjects import Key
+from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.rerun import changes
 from runtime.service import Runner
@@ -30,7 +31,7 @@ from services.selector import decide
 from tests.contracts.cases import AD, APC, MD, changed
 from tests.support.cli import run_jetway
 from tests.support.nats import nats_endpoint
-from tests.support.stack import SETTINGS, running_pipeline, running_stack
+from tests.support.stack import SETTINGS, quiet, running_pipeline, running_stack
 from tests.support.waiting import eventually
 
 HEAVY_RULE = "has(spec.resources.gpu) && spec.resources.gpu.count >= 4"
@@ -54,21 +55,6 @@ class Recorded:
     url: str
     big_selected: int  # the sequence of the selector's decision for md/big (provider "heavy")
     last: int
-
-
-async def _quiet(url: str, durables: list[str]) -> bool:
-    """Every service's consumer has been given, and has acked, everything stored."""
-    nc = await connect(url, name="quiet")
-    try:
-        js = nc.jetstream()
-        last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
-        for durable in durables:
-            info = await js.consumer_info(EVENTS_STREAM, durable)
-            if info.num_pending or info.num_ack_pending or (info.delivered.stream_seq or 0) < last:
-                return False
-        return (await js.stream_info(EVENTS_STREAM)).state.last_seq == last
-    finally:
-        await nc.close()
 
 
 @contextlib.asynccontextmanager
@@ -103,15 +89,15 @@ async def _record(url: str, directory: Path) -> Recorded:
             return any(c["type"] == "ModelBound" for c in agent["status"].get("conditions", []))
 
         await eventually(rendered, timeout=30, message="both deployments rendered")
-        durables = [r.durable for r in [*pipeline, binding, stack.watcher.runner, stack.gateway.runner]]
-        await eventually(lambda: _quiet(url, durables), timeout=30, message="every service caught up")
+        runners = [*pipeline, binding, stack.watcher.runner, stack.gateway.runner]
+        await eventually(lambda: quiet(binding.nc, runners), timeout=30, message="every service caught up")
     nc = await connect(url, name="read")
     try:
         items = await EventStore(nc, producer="t").read("jetway.evt.>")
     finally:
         await nc.close()
     envelopes = [i for i in items if isinstance(i, Envelope)]
-    big = [e for e in envelopes if e.subject == "jetway.evt.modeldeployment.default.big.selector"]
+    big = [e for e in envelopes if e.subject == Key("ModelDeployment", "default", "big").subject("selector")]
     assert len(big) == 1 and isinstance(big[0].event, ProviderSelected) and big[0].event.provider == "heavy"
     return Recorded(url, big[0].seq, envelopes[-1].seq)
 

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from contracts.admission import admit
+from contracts.subjects import facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from tests.contracts.cases import AD, MD, changed
@@ -33,7 +34,7 @@ async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
 async def stored_events(stack: Stack) -> int:
     nc = await connect(stack.nats_url, name="count")
     try:
-        return len(await EventStore(nc, producer="t").read("jetway.evt.*.*.*.spec"))
+        return len(await EventStore(nc, producer="t").read(facet_filter("spec")))
     finally:
         await nc.close()
 

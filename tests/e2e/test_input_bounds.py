@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from contracts.documents import MAX_DEPTH
+from contracts.subjects import facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
@@ -50,7 +51,7 @@ async def post(stack: Stack, body: bytes, content_type: str) -> tuple[int, dict[
 async def stored_specs(stack: Stack) -> int:
     nc = await connect(stack.nats_url, name="count")
     try:
-        return len(await EventStore(nc, producer="t").read("jetway.evt.*.*.*.spec"))
+        return len(await EventStore(nc, producer="t").read(facet_filter("spec")))
     finally:
         await nc.close()
 

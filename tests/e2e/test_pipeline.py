@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from contracts.events import Envelope
+from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
@@ -48,7 +49,7 @@ def provider(name: str, rule: str, priority: int) -> dict[str, Any]:
 async def history(stack: Stack, name: str, namespace: str = "default") -> list[str]:
     nc = await connect(stack.nats_url, name="read")
     try:
-        items = await EventStore(nc, producer="t").read(f"jetway.evt.modeldeployment.{namespace}.{name}.*")
+        items = await EventStore(nc, producer="t").read(Key("ModelDeployment", namespace, name).history_filter())
         return [f"{i.facet}:{i.type}" for i in items if isinstance(i, Envelope)]
     finally:
         await nc.close()
@@ -169,15 +170,16 @@ async def test_spec_changes_follow_and_a_provider_switch_is_refused(stack: Stack
 async def test_unknown_or_incapable_providers_are_refused_and_validation_failures_show_in_status(
     stack: Stack, services: list[Runner]
 ) -> None:
+    # once the workload service's registration of the built-in providers reached the watcher (before any
+    # provider is known, admission cannot tell "not found" from "not loaded yet", and only warns)
+    await eventually(lambda: _exists(stack, "/v1/kinds/inferenceproviderconfig/vllm"), message="vllm registered")
     # an unknown provider is refused at admission, as AI Runway's webhook does, and nothing is stored
     status, body = await stack.apply(changed(MD, {"spec.engine.type": "sglang", "spec.provider": {"name": "acme"}}))
     assert status == 400
     assert [(e["path"], e["message"]) for e in body["errors"]] == [("spec.provider.name", 'InferenceProviderConfig "acme" not found')]
     missing, _ = await stack.get("/v1/kinds/md/qwen")
     assert missing == 404
-    # a provider that cannot run the engine is refused with its capability's words, once the workload
-    # service's registration of the built-in vllm provider reached the watcher (it follows readiness)
-    await eventually(lambda: _exists(stack, "/v1/kinds/inferenceproviderconfig/vllm"), message="vllm registered")
+    # a provider that cannot run the engine is refused with its capability's words
     status, body = await stack.apply(changed(MD, {"spec.engine.type": "llamacpp", "spec.provider": {"name": "vllm"}}))
     assert status == 400
     assert [(e["path"], e["message"]) for e in body["errors"]] == [("spec.engine.type", "provider vllm does not support engine llamacpp")]

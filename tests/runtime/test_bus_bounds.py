@@ -30,7 +30,7 @@ async def works(nc: Client) -> None:
 
 
 async def test_a_subject_past_the_bound_is_refused_and_the_connection_survives(client: Client) -> None:
-    long = "jetway.evt.modeldeployment." + "n" * 5000 + ".qwen.spec"
+    long = "jetway.evt.3.modeldeployment." + "n" * 5000 + ".qwen.spec"
     with pytest.raises(SubjectTooLong) as refused:
         await client.publish(long, b"x")
     assert str(MAX_SUBJECT_BYTES) in str(refused.value)

@@ -97,7 +97,7 @@ async def test_replay_by_time(store: EventStore) -> None:
 
 async def test_replay_of_an_empty_filter_returns_at_once(store: EventStore) -> None:
     await _fill(store, 2)
-    assert await store.read("jetway.evt.agentdeployment.>") == []
+    assert await store.read("jetway.evt.*.agentdeployment.>") == []
 
 
 async def test_history_holds_every_facet_of_one_resource_in_order(store: EventStore) -> None:
@@ -150,7 +150,7 @@ async def test_names_with_dots_and_any_characters_stay_one_subject_token(store: 
     odd = Key("InferencePoolMember", "", "gpu.a b*>_é")
     stored = await store.append(odd.subject(), applied(odd))
     assert stored.key == odd
-    assert len(stored.subject.split(".")) == 6
+    assert len(stored.subject.split(".")) == 7
     assert [i.key for i in await store.history(odd)] == [odd]  # type: ignore[union-attr]
 
 
@@ -160,4 +160,5 @@ def test_subject_tokens_round_trip(name: str) -> None:
     assert decode_token(token) == name
     assert all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in token)
     key = Key("ModelDeployment", "ns.with.dots", name)
-    assert parse_subject(key.subject("selector"))[1:] == ("ns.with.dots", name, "selector")
+    parsed = parse_subject(key.subject("selector"))
+    assert (parsed.namespace, parsed.name, parsed.facet, parsed.partition) == ("ns.with.dots", name, "selector", key.partition)

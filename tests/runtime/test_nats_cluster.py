@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.subjects import kind_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsCluster
@@ -88,7 +89,7 @@ async def test_a_node_killed_during_a_burst_of_applies_loses_nothing(cluster: Na
         assert sorted(set(answers.values())) == [201], {s: list(answers.values()).count(s) for s in set(answers.values())}
 
         # every acknowledged apply is in the log, once
-        applied = {item.key.name for item in await store.read("jetway.evt.modeldeployment.*.*.spec") if hasattr(item, "key")}
+        applied = {item.key.name for item in await store.read(kind_filter("ModelDeployment")) if hasattr(item, "key")}
         assert applied == set(answers)
 
         async def converged() -> bool:

@@ -125,4 +125,4 @@ def test_every_service_may_write_only_its_own_facets() -> None:
             if subject.startswith("jetway.evt."):
                 writers.setdefault(subject, []).append(service.user)
     assert {s: w for s, w in writers.items() if len(w) > 1} == {}
-    assert "jetway.evt.modeldeployment.*.*.workload" not in permissions(service_user("selector"))["publish"]
+    assert "jetway.evt.*.modeldeployment.*.*.workload" not in permissions(service_user("selector"))["publish"]

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from contracts.events import Envelope, ResourceApplied, StatusReported, StatusSlice
-from contracts.subjects import Key
+from contracts.subjects import Key, facet_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM
 from runtime.eventstore import EventStore
 from runtime.service import Effects, Runner, RunnerSettings
@@ -29,7 +29,7 @@ from tests.support.waiting import eventually, within
 
 ROOT = Path(__file__).resolve().parents[2]
 Started = list[tuple[Runner, "asyncio.Task[None]"]]
-FAST = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2), max_attempts=3)
+FAST = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2), max_attempts=3)
 
 
 def member(name: str) -> Key:
@@ -40,29 +40,28 @@ def applied(key: Key, generation: int) -> ResourceApplied:
     return ResourceApplied(kind=key.kind, namespace="", name=key.name, generation=generation, spec={"backend": "echo"})
 
 
-async def consumer_idle(nc: Client, durable: str) -> bool:
-    try:
-        info = await nc.jetstream().consumer_info(EVENTS_STREAM, durable)
-    except Exception:
-        return False
-    return info.num_pending == 0 and info.num_ack_pending == 0
-
-
 async def decisions_of(store: EventStore, service: str) -> list[Envelope]:
-    return [i for i in await store.read(f"jetway.evt.*.*.*.{service}") if isinstance(i, Envelope)]
+    return [i for i in await store.read(facet_filter(service)) if isinstance(i, Envelope)]
 
 
 class ServiceProcess:
     """The ack service in its own process, so that a test can SIGKILL it."""
 
     def __init__(self, url: str, name: str, dump: Path) -> None:
+        self.ready_file = dump.with_suffix(".ready")
         self.args = [sys.executable, "-m", "tests.support.ack_service", "--nats", url, "--name", name, "--dump", str(dump)]
+        self.args += ["--ready", str(self.ready_file)]
         self.dump = dump
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServiceProcess:
+        self.ready_file.unlink(missing_ok=True)
         self.process = subprocess.Popen(self.args, cwd=ROOT, stderr=subprocess.DEVNULL)
         return self
+
+    def ready(self) -> bool:
+        """Rebuilt and past its start-up pass."""
+        return self.ready_file.exists()
 
     def kill(self) -> None:
         assert self.process is not None
@@ -84,9 +83,8 @@ async def test_service_killed_mid_burst_reaches_the_same_projection_with_no_effe
     store = EventStore(client, producer="watcher")
     steady = ServiceProcess(nats.url, "steady", tmp_path / "steady.json").start()
     victim = ServiceProcess(nats.url, "victim", tmp_path / "victim.json").start()
-    js = client.jetstream()
-    for durable in ("jetway-steady", "jetway-victim"):
-        await eventually(lambda d=durable: consumer_idle(client, d), timeout=30, message=f"{durable} started")
+    for process in (steady, victim):
+        await eventually(process.ready, timeout=30, message="the service started")
 
     keys = [member(f"m{i}") for i in range(250)]
     final = {}
@@ -100,16 +98,13 @@ async def test_service_killed_mid_burst_reaches_the_same_projection_with_no_effe
     producer = asyncio.create_task(burst())
 
     async def victim_mid_burst() -> bool:
-        info = await js.consumer_info(EVENTS_STREAM, "jetway-victim")
-        return info.delivered.stream_seq > 300
+        return len(await decisions_of(store, "victim")) > 300
 
     await eventually(victim_mid_burst, timeout=60, message="victim handling the burst")
     assert not producer.done(), "the burst finished before the kill; the test would prove nothing"
     victim.kill()
     await producer
     victim.start()
-    for durable in ("jetway-steady", "jetway-victim"):
-        await eventually(lambda d=durable: consumer_idle(client, d), timeout=60, message=f"{durable} caught up")
 
     async def all_acked(service: str) -> bool:
         latest: dict[Key, int] = {}
@@ -144,7 +139,7 @@ async def test_nats_restarted_mid_burst_loses_no_acknowledged_event(nats: NatsEn
     await asyncio.get_running_loop().run_in_executor(None, lambda: nats.restart(crash=True))
     await asyncio.wait_for(producer, 120)
 
-    stored = [i for i in await store.read("jetway.evt.*.*.*.spec") if isinstance(i, Envelope)]
+    stored = [i for i in await store.read(facet_filter("spec")) if isinstance(i, Envelope)]
     assert Counter(e.id for e in stored) == Counter(e.id for e in acknowledged), "every acknowledged append stored exactly once"
     assert len(stored) == 1000
     await eventually(
@@ -225,22 +220,20 @@ async def test_restarted_service_rebuilds_its_projection_and_re_emits_nothing(cl
     first = AckService("acker")
     runner, task = await _run(client, first, started)
     await eventually(lambda: len(first.acked) == 50 and set(first.acked.values()) == {2}, message="all acknowledged")
-    await eventually(lambda: consumer_idle(client, "jetway-acker"), message="consumer idle")
     runner.stop()
     await task
     before = await store.stream_last_seq()
 
     second = AckService("acker")
-    await _run(client, second, started)
-    await eventually(lambda: consumer_idle(client, "jetway-acker"), message="consumer idle again")
+    await _run(client, second, started)  # ready: rebuilt, and its start-up pass over every member done
     assert second.state() == first.state()
     assert second.emitted == 0
     assert await store.stream_last_seq() == before, "a restart must not record anything new"
 
 
 async def test_two_replicas_of_one_service_record_each_decision_once(client: Client, started: Started) -> None:
-    # Replicas of one service share its durable consumer, so deliveries are split between them;
-    # what must hold is that each decision is recorded once, whichever replica makes it.
+    # Two runners of every event (no leases dividing the work) both see each event and both decide:
+    # what must hold is that each decision is recorded once, whichever replica makes it (the facet's guard).
     store = EventStore(client, producer="watcher")
     one, two = AckService("acker"), AckService("acker")
     await _run(client, one, started)
@@ -261,10 +254,10 @@ async def test_two_replicas_of_one_service_record_each_decision_once(client: Cli
 
 async def test_sigterm_stops_the_service_cleanly(nats: NatsEndpoint, client: Client, tmp_path: Path) -> None:
     process = ServiceProcess(nats.url, "graceful", tmp_path / "graceful.json").start()
-    await eventually(lambda: consumer_idle(client, "jetway-graceful"), timeout=30, message="started")
+    await eventually(process.ready, timeout=30, message="started")
     store = EventStore(client, producer="watcher")
     await store.append(member("x").subject(), applied(member("x"), 1))
-    await eventually(lambda: consumer_idle(client, "jetway-graceful"), message="handled")
+    await eventually(lambda: decisions_of(store, "graceful"), message="handled")
     assert process.terminate() == 0
     assert process.state() == {"InferencePoolMember/x": [1, 1]}
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from contracts.events import Envelope
+from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
@@ -144,7 +145,7 @@ async def services(stack: Stack) -> AsyncIterator[Pipeline]:
 async def workload_history(stack: Stack, name: str) -> list[str]:
     nc = await connect(stack.nats_url, name="read")
     try:
-        items = await EventStore(nc, producer="t").read(f"jetway.evt.modeldeployment.default.{name}.workload")
+        items = await EventStore(nc, producer="t").read(Key("ModelDeployment", "default", name).subject("workload"))
         return [i.type for i in items if isinstance(i, Envelope)]
     finally:
         await nc.close()

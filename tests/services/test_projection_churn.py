@@ -17,7 +17,7 @@ from contracts.cluster import OBSERVED, DeletionRequested, ObjectObserved
 from contracts.events import Envelope, Event, ResourceApplied, ResourceDeleted, StatusSlice, Withdrawn, new_envelope
 from contracts.gateway import GatewayReconciled, MemberHealthChanged
 from contracts.pipeline import ProviderSelected, RuleFailure, SelectionRulesChecked, WorkloadRendered
-from contracts.subjects import GATEWAY, GATEWAY_API, PREFIX, SELECTOR, SPEC, WORKLOAD, Key, matcher
+from contracts.subjects import GATEWAY, GATEWAY_API, SELECTOR, SPEC, WORKLOAD, Key, facet_filter, matcher
 from runtime.kube import Kube
 from runtime.secrets import FileSecrets
 from runtime.service import Service
@@ -56,7 +56,7 @@ class Folding:
             GatewayService(self.prober),
             GatewayApiService(Kube.at("https://127.0.0.1:9")),  # never called: folding needs no API server
         ]
-        self.wanted = [matcher([*s.consumes, f"{PREFIX}.*.*.*.{s.name}"]) for s in self.services]
+        self.wanted = [matcher([*s.consumes, facet_filter(s.name)]) for s in self.services]
         self.seq = itertools.count(1)
 
     def __call__(self, key: Key, event: Event, facet: str = SPEC) -> None:

@@ -5,7 +5,7 @@ decision on its facet. Members named `fail-*` fail to reconcile (to exercise ret
 dead-letter subject); `flaky-*` fail on the first delivery only. Run as a process so a test
 can kill it:
 
-    python -m tests.support.ack_service --nats URL --name acker --dump state.json
+    python -m tests.support.ack_service --nats URL --name acker --dump state.json --ready ready-file
 """
 
 from __future__ import annotations
@@ -66,14 +66,22 @@ async def main() -> None:
     parser.add_argument("--nats", required=True)
     parser.add_argument("--name", default="acker")
     parser.add_argument("--dump", type=Path)
-    parser.add_argument("--ack-wait", type=float, default=2.0)
+    parser.add_argument("--ready", type=Path, help="a file written once the runner is ready (rebuilt, first pass done)")
     args = parser.parse_args()
     nc = await connect(args.nats, name=args.name)
     service = AckService(args.name)
-    runner = Runner(service, nc, RunnerSettings(ack_wait=args.ack_wait, backoff=(0.05, 0.1, 0.2, 0.2, 0.2)))
+    runner = Runner(service, nc, RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2)))
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, runner.stop)
+
+    async def say_ready() -> None:
+        await runner.ready.wait()
+        if args.ready:
+            args.ready.write_text("ready")
+
+    ready = asyncio.create_task(say_ready())
     await runner.run()
+    ready.cancel()
     if args.dump:
         args.dump.write_text(json.dumps(service.state(), sort_keys=True))
     await nc.drain()

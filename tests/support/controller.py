@@ -29,7 +29,7 @@ from services.workload.handlers import WorkloadService
 from tests.support.cluster import Cluster
 from tests.support.waiting import eventually
 
-SETTINGS = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
+SETTINGS = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
 RESYNC = 1.0  # seconds: short, so level-triggered repair is seen within a test
 SERVICES = ("watcher", "selector", "storage", "workload", "gateway-api", "binding")  # "router" too, on request
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from contracts.events import Envelope
+from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.kube import Kube
@@ -93,7 +94,7 @@ async def move_deployment(cluster: Cluster, name: str, ready: int, replicas: int
 async def history(nats_url: str, namespace: str, name: str) -> list[str]:
     nc = await connect(nats_url, name="read")
     try:
-        items = await EventStore(nc, producer="t").read(f"jetway.evt.modeldeployment.{namespace}.{name}.*")
+        items = await EventStore(nc, producer="t").read(Key("ModelDeployment", namespace, name).history_filter())
         return [f"{i.facet}:{i.type}" for i in items if isinstance(i, Envelope)]
     finally:
         await nc.close()

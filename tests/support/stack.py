@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from nats.aio.client import Client
 
-from runtime.bus import connect
+from runtime.bus import EVENTS_STREAM, connect
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
 from services import pipeline
@@ -23,7 +24,7 @@ from services.gateway import router
 from services.watcher import api
 from services.watcher import main as watcher_main
 
-SETTINGS = RunnerSettings(ack_wait=2.0, backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
+SETTINGS = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
 
 
 @dataclass
@@ -79,6 +80,15 @@ class Stack:
         """Whether the router serves `model` now (by member `by`, when given)."""
         async with self.http.get(f"{self.router_url}/models") as response:
             return any(m["id"] == model and (by is None or by in m.get("members", [])) for m in (await response.json())["data"])
+
+
+async def quiet(nc: Client, runners: list[Runner]) -> bool:
+    """Every runner has handled the whole stream, has nothing in flight, and nothing was stored meanwhile."""
+    js = nc.jetstream()
+    last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    if not all(runner.seq == last and not runner.busy for runner in runners):
+        return False
+    return (await js.stream_info(EVENTS_STREAM)).state.last_seq == last
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,332 @@
+"""Leases: which replica of a service holds which partitions, in a NATS KV bucket (`jetway-leases`).
+
+Every replica of one service (a lease *group*: `selector`, `watcher`, ...) runs one `Leases`, which
+every `interval` seconds (a *tick*):
+
+1. renews its membership key `<group>.replica.<id>` (a plain put);
+2. renews each lease it holds, `<group>.lease.<partition>`, with a revision-guarded update: a lease whose
+   revision moved (it expired and another replica took it) is lost, and given up at once;
+3. reads the group's keys (the last value of each: expired ones are gone) and works out its fair share,
+   `ceil(partitions / live replicas)`; it releases leases above that share (its duty stopped first, then the
+   key deleted, so another replica takes it on its next tick) and takes free ones below it (`create`, which
+   fails when another replica got there first), trying them in an order of its own (rendezvous hashing), so
+   replicas starting together do not all reach for the same ones.
+
+The bucket's `max_age` is the lease TTL, so a key that is not renewed disappears by itself: a replica that
+dies gives its partitions up within the TTL, and the others take them on their next tick. A replica stops
+acting on a partition *before* its key can expire: a lease is valid until the time its last renewal was
+sent plus the TTL less a margin (`deadline`), so the duty is stopped at that time when renewals keep failing
+(NATS out of reach), and `valid()` says so to a duty that asks before each step. Clocks need only run at the
+same rate, not agree.
+
+What a lease guards is a duty, started by `on_gain(partition)` and stopped by `on_loss(partition)` (awaited
+before a release). JetStream's expected-last-subject-sequence remains the safety net under it: a replica
+that acts after losing a lease (a paused process) has its decision refused by the facet's guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import nats.errors
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+from contracts.subjects import encode_token
+from runtime.bus import CANNOT_REPLICATE
+
+log = logging.getLogger("jetway.leases")
+
+BUCKET = "jetway-leases"
+STREAM = f"KV_{BUCKET}"
+DEFAULT_TTL = 10.0
+ENV_TTL = "JETWAY_LEASE_TTL_SECONDS"
+ENV_REPLICA = "JETWAY_REPLICA"
+MARGIN = 0.2  # of the TTL: a lease is given up this long before its key could expire
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """`ttl`: how long a lease outlives its last renewal (the bucket's max_age); renewed every `ttl / 4`."""
+
+    ttl: float = DEFAULT_TTL
+
+    @property
+    def interval(self) -> float:
+        return self.ttl / 4
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> LeaseSettings:
+        text = environ.get(ENV_TTL, "").strip()
+        if not text:
+            return cls()
+        try:
+            ttl = float(text)
+        except ValueError:
+            ttl = 0.0
+        if not 1.0 <= ttl <= 600.0:
+            raise ValueError(f"{ENV_TTL} must be a number of seconds from 1 to 600, not {text!r}")
+        return cls(ttl)
+
+
+def replica_id(environ: Mapping[str, str] = os.environ) -> str:
+    """This process's name among the replicas: JETWAY_REPLICA, else the host name (a pod's name), which no two
+    live replicas share; a process that restarts under the same name takes its own leases back at once."""
+    return environ.get(ENV_REPLICA) or socket.gethostname() or uuid.uuid4().hex[:12]
+
+
+def preference(replica: str, partition: str) -> int:
+    """Rendezvous hashing: each replica's own order of the partitions, stable, and different per replica."""
+    return int.from_bytes(hashlib.sha256(f"{replica}\0{partition}".encode()).digest()[:8], "big")
+
+
+def fair_share(partitions: int, replicas: int) -> int:
+    return math.ceil(partitions / max(1, replicas))
+
+
+@dataclass
+class Held:
+    revision: int
+    deadline: float  # time.monotonic() after which it is no longer ours to act on
+
+
+@dataclass(frozen=True)
+class View:
+    """The group's keys as last read: partition → holder (and its revision), and the live replicas."""
+
+    holders: dict[str, tuple[str, int]] = field(default_factory=dict)
+    replicas: frozenset[str] = frozenset()
+
+
+def plan(view: View, me: str, held: Iterable[str], partitions: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(to release, to take): what this replica does about its share, given the group as it is (pure)."""
+    mine = sorted(held, key=lambda p: preference(me, p), reverse=True)
+    share = fair_share(len(partitions), len(view.replicas | {me}))
+    if len(mine) > share:
+        return mine[share:], []
+    free = [p for p in partitions if p not in view.holders or (view.holders[p][0] == me and p not in mine)]
+    free.sort(key=lambda p: preference(me, p), reverse=True)
+    return [], free[: share - len(mine)]
+
+
+async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
+    """The lease bucket, made on first use with `ttl` as its max_age (three copies where the cluster can place
+    them). An existing bucket keeps the TTL it was made with: every replica reads it from there."""
+    try:
+        return await js.key_value(BUCKET)
+    except (NotFoundError, nats.js.errors.BucketNotFoundError):
+        pass
+    for replicas in (3, 1):
+        config = api.KeyValueConfig(
+            bucket=BUCKET, description="which replica holds which partition", ttl=ttl, history=1, replicas=replicas, direct=True
+        )
+        try:
+            return await js.create_key_value(config)
+        except APIError as exc:
+            if exc.err_code == 10058:  # made meanwhile by another replica
+                return await js.key_value(BUCKET)
+            if replicas == 1 or exc.err_code not in CANNOT_REPLICATE:  # a single server, or too small a cluster
+                raise
+    raise AssertionError("unreachable")
+
+
+class Leases:
+    """One replica's leases in one group (module docstring)."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        group: str,
+        partitions: Iterable[str],
+        *,
+        replica: str | None = None,
+        settings: LeaseSettings | None = None,
+        on_gain: Callable[[str], Awaitable[None]] | None = None,
+        on_loss: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.js = js
+        self.group = group
+        self.partitions = tuple(partitions)
+        self.replica = replica or replica_id()
+        self.settings = settings or LeaseSettings.from_env()
+        self.on_gain = on_gain
+        self.on_loss = on_loss
+        self.held: dict[str, Held] = {}
+        self.ttl = self.settings.ttl  # the bucket's, once read
+        self.ticks = 0
+        self.settled = asyncio.Event()  # a tick found nothing to take or release
+        self._kv: KeyValue | None = None
+        self._stopping = asyncio.Event()
+        self._expiry: dict[str, asyncio.TimerHandle] = {}
+        self._losing: set[str] = set()
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def key(self, partition: str) -> str:
+        return f"{self.group}.lease.{encode_token(partition)}"
+
+    @property
+    def member_key(self) -> str:
+        return f"{self.group}.replica.{encode_token(self.replica)}"
+
+    def valid(self, partition: str) -> bool:
+        """Whether this replica may act on `partition` now."""
+        found = self.held.get(partition)
+        return found is not None and time.monotonic() < found.deadline
+
+    def holds(self) -> set[str]:
+        return {p for p in self.held if self.valid(p)}
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._kv = await bucket(self.js, self.settings.ttl)
+        status = await self._kv.status()
+        if status.ttl:
+            self.ttl = float(status.ttl)
+        try:
+            while not self._stopping.is_set():
+                started = time.monotonic()
+                try:
+                    await self.tick()
+                except (TimeoutError, nats.errors.Error, APIError) as exc:
+                    log.info("lease tick of %s failed (%s); trying again", self.group, type(exc).__name__)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), max(0.0, self.ttl / 4 - (time.monotonic() - started)))
+        finally:
+            await self.release_all()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def tick(self) -> None:
+        kv = self._kv
+        assert kv is not None
+        sent = time.monotonic()
+        await kv.put(self.member_key, b"")
+        for partition, held in list(self.held.items()):
+            try:
+                revision = await kv.update(self.key(partition), self.replica.encode(), last=held.revision)
+            except KeyWrongLastSequenceError:
+                log.warning("lease %s/%s was taken over: giving it up", self.group, partition)
+                await self._lose(partition)
+                continue
+            self._hold(partition, revision, sent)
+        view = await self.read()
+        release, take = plan(view, self.replica, self.held, self.partitions)
+        for partition in release:
+            await self.release(partition)
+        for partition in take:
+            sent = time.monotonic()
+            current = view.holders.get(partition)
+            try:
+                if current is not None:  # our own, from before a restart under the same name
+                    revision = await kv.update(self.key(partition), self.replica.encode(), last=current[1])
+                else:
+                    revision = await kv.create(self.key(partition), self.replica.encode())
+            except KeyWrongLastSequenceError:
+                continue  # another replica took it first
+            self._hold(partition, revision, sent)
+            log.info("lease %s/%s taken by %s", self.group, partition, self.replica)
+            if self.on_gain is not None:
+                await self.on_gain(partition)
+        self.ticks += 1
+        if not release and not take:
+            self.settled.set()
+
+    async def read(self) -> View:
+        """The group's keys now: an ordered consumer delivering the last message of each (expired keys are gone)."""
+        prefix = f"$KV.{BUCKET}."
+        holders: dict[str, tuple[str, int]] = {}
+        replicas: set[str] = set()
+        lease_prefix, member_prefix = f"{self.group}.lease.", f"{self.group}.replica."
+        tokens = {encode_token(p): p for p in self.partitions}
+        sub = await self.js.subscribe(
+            f"{prefix}{self.group}.>", stream=STREAM, ordered_consumer=True, deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
+        )
+        try:
+            info = await sub.consumer_info()
+            pending = info.num_pending or 0
+            while pending > 0:
+                msg = await sub.next_msg(timeout=5)
+                pending = msg.metadata.num_pending or 0
+                key = msg.subject[len(prefix) :]
+                deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in (msg.headers or {})
+                if deleted:
+                    continue
+                if key.startswith(lease_prefix) and key[len(lease_prefix) :] in tokens:
+                    holders[tokens[key[len(lease_prefix) :]]] = (msg.data.decode(), msg.metadata.sequence.stream)
+                elif key.startswith(member_prefix):
+                    replicas.add(key[len(member_prefix) :])
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        me = encode_token(self.replica)
+        return View(
+            {p: (self.replica if h == self.replica else h, rev) for p, (h, rev) in holders.items()},
+            frozenset(self.replica if r == me else r for r in replicas),
+        )
+
+    # --- holding and giving up -------------------------------------------------------------------
+
+    def _hold(self, partition: str, revision: int, sent: float) -> None:
+        deadline = sent + self.ttl * (1 - MARGIN)
+        self.held[partition] = Held(revision, deadline)
+        timer = self._expiry.pop(partition, None)
+        if timer is not None:
+            timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._expiry[partition] = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expired, partition)
+
+    def _expired(self, partition: str) -> None:
+        if partition in self.held and not self.valid(partition):
+            log.warning("lease %s/%s not renewed in time: giving it up", self.group, partition)
+            task = asyncio.get_running_loop().create_task(self._lose(partition))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _lose(self, partition: str) -> None:
+        """Stop acting on `partition` (its key is left to expire, or is another's already)."""
+        if partition not in self.held or partition in self._losing:
+            return
+        self._losing.add(partition)
+        try:
+            timer = self._expiry.pop(partition, None)
+            if timer is not None:
+                timer.cancel()
+            if self.on_loss is not None:
+                await self.on_loss(partition)
+            self.held.pop(partition, None)
+        finally:
+            self._losing.discard(partition)
+
+    async def release(self, partition: str) -> None:
+        """Give a lease up on purpose: the duty stops first, then the key goes, for another replica to take."""
+        held = self.held.get(partition)
+        if held is None:
+            return
+        await self._lose(partition)
+        if self._kv is not None:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(self.key(partition), last=held.revision)
+        log.info("lease %s/%s released by %s", self.group, partition, self.replica)
+
+    async def release_all(self) -> None:
+        for partition in list(self.held):
+            await self.release(partition)
+        if self._kv is not None:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(self.member_key)
+
+
+__all__ = ["BUCKET", "LeaseSettings", "Leases", "View", "fair_share", "plan", "preference", "replica_id"]

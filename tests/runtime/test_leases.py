@@ -1,0 +1,148 @@
+"""Leases (runtime/leases.py): the decisions about shares, pure; then replicas on a real NATS server sharing
+partitions, never two holding one at once, a dead replica's partitions taken over within the TTL, and a
+stopping one's at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client
+
+from contracts.subjects import ALL_PARTITIONS
+from runtime.bus import connect
+from runtime.leases import Leases, LeaseSettings, View, fair_share, plan, preference
+from tests.support.nats import NatsEndpoint
+from tests.support.waiting import eventually
+
+PARTS = tuple(ALL_PARTITIONS)
+TTL = 2.0
+
+
+def test_the_fair_share_rounds_up_so_every_partition_has_a_place() -> None:
+    assert fair_share(17, 1) == 17 and fair_share(17, 2) == 9 and fair_share(17, 3) == 6 and fair_share(17, 0) == 17
+    assert all(fair_share(17, n) * n >= 17 for n in range(1, 20))
+
+
+def test_a_lone_replica_takes_every_free_partition_in_its_own_order() -> None:
+    release, take = plan(View(), "a", [], PARTS)
+    assert release == [] and sorted(take) == sorted(PARTS)
+    assert take == sorted(PARTS, key=lambda p: preference("a", p), reverse=True)
+    assert take != sorted(PARTS, key=lambda p: preference("b", p), reverse=True)  # each replica its own order
+
+
+def test_a_replica_over_its_share_releases_the_excess_and_takes_nothing() -> None:
+    holders = {p: ("a", 1) for p in PARTS}
+    release, take = plan(View(holders, frozenset({"a", "b"})), "a", PARTS, PARTS)
+    assert len(release) == 17 - 9 and take == []
+
+
+def test_a_replica_under_its_share_takes_only_free_partitions_up_to_it() -> None:
+    holders = {p: ("a", 1) for p in PARTS[:12]}
+    release, take = plan(View(holders, frozenset({"a", "b"})), "b", [], PARTS)
+    assert release == [] and sorted(take) == sorted(PARTS[12:])  # 5 free, under b's share of 9
+    holders = {p: ("a", 1) for p in PARTS[:3]}
+    _, take = plan(View(holders, frozenset({"a", "b"})), "b", [], PARTS)
+    assert len(take) == 9 and not set(take) & set(PARTS[:3])
+
+
+def test_its_own_lease_from_before_a_restart_is_taken_back() -> None:
+    holders = {"g": ("a", 7), "3": ("b", 8)}
+    _, take = plan(View(holders, frozenset({"a", "b"})), "a", [], PARTS)
+    assert "g" in take and "3" not in take
+
+
+def test_the_ttl_comes_from_the_environment_within_bounds() -> None:
+    assert LeaseSettings.from_env({}).ttl == 10.0
+    assert LeaseSettings.from_env({"JETWAY_LEASE_TTL_SECONDS": "4"}).ttl == 4.0
+    for bad in ("0", "lots", "601"):
+        with pytest.raises(ValueError, match="JETWAY_LEASE_TTL_SECONDS"):
+            LeaseSettings.from_env({"JETWAY_LEASE_TTL_SECONDS": bad})
+
+
+class Ledger:
+    """Who holds what, as the duties see it: a partition gained while another replica still runs it fails the test."""
+
+    def __init__(self) -> None:
+        self.holder: dict[str, str] = {}
+        self.overlaps: list[tuple[str, str, str]] = []
+        self.gained: dict[str, float] = {}
+
+    def hooks(self, name: str) -> dict[str, object]:
+        async def gain(partition: str) -> None:
+            if partition in self.holder:
+                self.overlaps.append((partition, self.holder[partition], name))
+            self.holder[partition] = name
+            self.gained[partition] = time.monotonic()
+
+        async def lose(partition: str) -> None:
+            if self.holder.get(partition) == name:
+                del self.holder[partition]
+
+        return {"on_gain": gain, "on_loss": lose}
+
+
+@contextlib.asynccontextmanager
+async def replica(url: str, name: str, ledger: Ledger) -> AsyncIterator[tuple[Leases, Client, asyncio.Task[None]]]:
+    nc = await connect(url, name=name)
+    leases = Leases(nc.jetstream(timeout=2), "test", PARTS, replica=name, settings=LeaseSettings(TTL), **ledger.hooks(name))  # type: ignore[arg-type]
+    task = asyncio.create_task(leases.run())
+    try:
+        yield leases, nc, task
+    finally:
+        leases.stop()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(task, 10)
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+def balanced(ledger: Ledger, names: set[str]) -> bool:
+    counts = [sum(1 for h in ledger.holder.values() if h == n) for n in names]
+    return len(ledger.holder) == len(PARTS) and set(ledger.holder.values()) == names and max(counts) - min(counts) <= 1
+
+
+async def test_replicas_share_the_partitions_and_a_dead_ones_are_taken_within_the_ttl(nats: NatsEndpoint) -> None:
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger), replica(nats.url, "b", ledger) as (_, b_nc, b_task):
+        await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="two replicas share the partitions")
+        async with replica(nats.url, "c", ledger):
+            await eventually(lambda: balanced(ledger, {"a", "b", "c"}), timeout=15, message="a third replica gets its share")
+            held_by_b = {p for p, h in ledger.holder.items() if h == "b"}
+            # b dies: its connection goes first, so nothing is released and its keys are left to expire
+            await b_nc.close()
+            b_task.cancel()
+            with contextlib.suppress(BaseException):
+                await b_task
+            died = time.monotonic()
+            await eventually(lambda: balanced(ledger, {"a", "c"}), timeout=15, message="the survivors took b's partitions")
+            handover = max(ledger.gained[p] for p in held_by_b) - died
+            assert handover <= TTL + TTL / 4 + 1.0, f"taken over after {handover:.2f}s with a {TTL}s TTL"
+    assert ledger.overlaps == []
+
+
+async def test_a_replica_that_stops_hands_its_partitions_over_at_once(nats: NatsEndpoint) -> None:
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger), replica(nats.url, "b", ledger) as (b, _, _):
+        await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="shared")
+        b.stop()
+        stopped = time.monotonic()
+        await eventually(lambda: balanced(ledger, {"a"}), timeout=15, message="a holds everything")
+        assert time.monotonic() - stopped < TTL  # released, not left to expire
+    assert ledger.overlaps == []
+
+
+async def test_a_replica_cut_off_from_nats_stops_acting_before_its_leases_can_be_taken(nats: NatsEndpoint) -> None:
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger) as (a, a_nc, a_task), replica(nats.url, "b", ledger):
+        await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="shared")
+        mine = {p for p, h in ledger.holder.items() if h == "a"}
+        await a_nc.close()  # NATS out of reach: renewals fail, and a's loop keeps trying
+        await eventually(lambda: not a.holds(), timeout=TTL + 1, message="a no longer acts on its partitions")
+        assert not a_task.done()
+        assert not set(ledger.holder) & {p for p in mine if ledger.holder.get(p) == "a"}
+        await eventually(lambda: all(ledger.holder.get(p) == "b" for p in mine), timeout=15, message="b took them")
+    assert ledger.overlaps == []
