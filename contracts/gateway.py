@@ -67,3 +67,18 @@ class GatewayReconciled(Decision, frozen=True, tag="GatewayReconciled.v1"):
 
 
 register(GatewayReconciled)
+
+
+class RoutesAdmitted(Decision, frozen=True, tag="RoutesAdmitted.v1"):
+    """A Gateway's cross-namespace admission, decided once for every deployment routing through it (the
+    gateway-api service's shard of the global partition holds it): the namespaces whose HTTPRoutes its
+    listeners admit through Jetway's `allowedRoutes`, and `error`, why that could not be written."""
+
+    namespaces: tuple[str, ...] = ()
+    error: str = ""
+
+    def describe(self) -> str:
+        return f"routes from {', '.join(self.namespaces) or 'no namespace'}" + (f": {self.error}" if self.error else "")
+
+
+register(RoutesAdmitted)

@@ -14,13 +14,13 @@ server reads from its environment (the StatefulSet fills it from the Secret). NA
 value as a config token, so a password must start with a letter and hold only letters and digits
 (`0123` would be read as a number, `true` as a boolean); `new_password()` makes such ones.
 
-Reading is not narrowed: every runner reads the whole event log through one consumer on
-`jetway.evt.>` and filters in the process (docs/event-store.md: several filter subjects make a
-consumer ~50x slower), and JetStream's direct get and ordered consumers take their subject in the
-request body, where a subject permission cannot see it. What is narrowed is writing (facets,
-dead letters, signals), each service's own durable consumer (only it may create, pull from or
-acknowledge `jetway-<runner>`) and its replies (its inbox prefix is `_INBOX.<user>`, so no other
-service can read the answers it gets, such as a compute agent's inference responses).
+Reading is not narrowed: every runner reads the event log through ordered consumers of its own
+(the whole log, or a partition's events, filtering in the process: docs/event-store.md, several filter
+subjects make a consumer ~50x slower), and JetStream's direct get and ordered consumers take their
+subject in the request body, where a subject permission cannot see it. What is narrowed is writing
+(facets, dead letters, signals, its own runners' leases and snapshots) and its replies (its inbox
+prefix is `_INBOX.<user>`, so no other service can read the answers it gets, such as a compute
+agent's inference responses).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser(
         "gateway",
         ("gateway", "gateway-api"),  # the router's prober and, in a cluster, the Gateway API control plane
-        (Writes(GATEWAY, ("InferencePoolMember",)), Writes(GATEWAY_API, ("ModelDeployment",))),
+        (Writes(GATEWAY, ("InferencePoolMember",)), Writes(GATEWAY_API, ("ModelDeployment", "Gateway"))),  # Gateways: their admission
         publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS),  # probe times for the watcher; requests to compute agents
     ),
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
@@ -155,17 +155,27 @@ def jetstream_subjects(service: ServiceUser) -> list[str]:
         # Flow-control answers of those ordered consumers (`$JS.FC.<stream>.<consumer>.<token>`).
         f"$JS.FC.{EVENTS_STREAM}.>",
     ]
+    found += lease_subjects(service)
     for runner in service.runners:
         found += snapshot_subjects(runner)
-        durable = f"jetway-{runner}"
-        found += [
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.{durable}",  # nats-py's form for a durable
-            f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.{durable}",  # the newer named forms, the same right
-            f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.{durable}.>",
-            f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{durable}",
-            f"$JS.ACK.{EVENTS_STREAM}.{durable}.>",  # ack, nak, term of what it was delivered
-        ]
     return found
+
+
+LEASE_BUCKET = "jetway-leases"  # runtime.leases's names (a test keeps them equal)
+
+
+def lease_subjects(service: ServiceUser) -> list[str]:
+    """The lease bucket (runtime/leases.py): a service writes the keys of its own runners' groups only
+    (`<runner>.>`: its leases and its replicas' membership), reads the bucket, and may make it on first use."""
+    stream = f"KV_{LEASE_BUCKET}"
+    return [
+        *(f"$KV.{LEASE_BUCKET}.{runner}.>" for runner in service.runners),
+        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "MSG.GET")),
+        f"$JS.API.DIRECT.GET.{stream}.>",  # a key's last value (nats-py's create reads a deleted key's revision)
+        f"$JS.API.CONSUMER.CREATE.{stream}",  # an ordered consumer reads the group's keys each tick
+        f"$JS.API.CONSUMER.INFO.{stream}.*",  # how many it has to deliver
+        f"$JS.FC.{stream}.>",
+    ]
 
 
 SNAPSHOT_BUCKET_PREFIX = "jetway-snapshots-"  # runtime.snapshots's names (a test keeps them equal)

@@ -10,7 +10,10 @@ Reads the environment the manifests in `deploy/` set:
   alive) and `/readyz` (every service rebuilt its state and the extra checks pass);
 - `JETWAY_DEV_RELOAD=true` (the Tilt stack): when a source file changes, drain and start again;
 - `JETWAY_SNAPSHOTS` (`on`/`off`), `JETWAY_SNAPSHOT_EVERY_EVENTS` (10000), `JETWAY_SNAPSHOT_EVERY_SECONDS`
-  (300): when each runner stores a snapshot of its projection (runtime/snapshots.py), read once at start.
+  (300): when each runner stores a snapshot of its projection (runtime/snapshots.py), read once at start;
+- `JETWAY_REPLICA` (default: the host name, a pod's name) and `JETWAY_LEASE_TTL_SECONDS` (10): this process is
+  one replica of its service, holding a share of the partitions through leases (runtime/leases.py); any
+  number of replicas may run, and one that dies gives its share up within the TTL.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from nats.aio.client import Client
 from runtime import logs, telemetry
 from runtime.bus import Credentials, connect, streams_from_env
 from runtime.kube import Kube
+from runtime.leases import LeaseSettings, replica_id
 from runtime.process import settle_heap
-from runtime.service import Runner, run_until_stopped
+from runtime.replica import Replica
+from runtime.service import Runnable, Service, run_until_stopped
 from runtime.snapshots import settings_from_env
 
 Stop = Callable[[], Awaitable[None]]
@@ -45,12 +50,18 @@ class Context:
     nc: Client
     kube: Kube | None  # Kubernetes mode only
     resync_interval: float = 30.0  # JETWAY_RESYNC_SECONDS: how often a cluster service re-asserts what it wrote
+    leases: LeaseSettings = field(default_factory=LeaseSettings)  # JETWAY_LEASE_TTL_SECONDS
+    replica: str = field(default_factory=replica_id)  # JETWAY_REPLICA, else the host name
     after_ready: list[Callable[[], Awaitable[Stop]]] = field(default_factory=list)  # servers: start, return their stop
     checks: list[Callable[[], bool]] = field(default_factory=list)  # extra readiness conditions
 
     @property
     def cluster(self) -> bool:
         return self.kube is not None
+
+    def scaled(self, name: str, make: Callable[[], Service]) -> Replica:
+        """This process's replica of a partitioned service: a shard of `make()` per partition it holds."""
+        return Replica(name, make, self.nc, replica=self.replica, leases=self.leases)
 
     @staticmethod
     def env(name: str, default: str = "") -> str:
@@ -97,12 +108,12 @@ def cluster_mode() -> bool:
     return os.environ.get("JETWAY_MODE", "standalone") == "cluster"
 
 
-async def serve_health(nc: Client, runners: list[Runner], checks: list[Callable[[], bool]], host: str, port: int) -> web.AppRunner:
+async def serve_health(nc: Client, runners: list[Runnable], checks: list[Callable[[], bool]], host: str, port: int) -> web.AppRunner:
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"ok": nc.is_connected}, status=200 if nc.is_connected else 503)
 
     async def readyz(request: web.Request) -> web.Response:
-        waiting = [r.service.name for r in runners if not r.ready.is_set()]
+        waiting = [r.name for r in runners if not r.ready.is_set()]
         ok = nc.is_connected and not waiting and all(check() for check in checks)
         return web.json_response({"ok": ok, "waiting": waiting}, status=200 if ok else 503)
 
@@ -115,7 +126,7 @@ async def serve_health(nc: Client, runners: list[Runner], checks: list[Callable[
     return runner
 
 
-async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *, uses_kube: bool = True) -> None:
+async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], *, uses_kube: bool = True) -> None:
     """Connect, build the service's runners, serve health, run until SIGTERM, then drain. A service that
     never talks to the API server (`uses_kube=False`, the selector) opens no client: its pod mounts no
     token, so connecting would fail."""
@@ -125,6 +136,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
         settings_from_env()  # read once, here: a bad value stops the start, naming the variable
         streams_from_env()
         resync = resync_seconds(os.environ)
+        leases = LeaseSettings.from_env(os.environ)
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
     nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name, credentials=Credentials.from_env())
@@ -132,7 +144,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
     if cluster_mode() and uses_kube:
         kube = await Kube.connect()
         await kube.discover()
-    context = Context(nc, kube, resync_interval=resync)
+    context = Context(nc, kube, resync_interval=resync, leases=leases)
     runners = await build(context)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -166,5 +178,5 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *,
         os.execv(sys.executable, [sys.executable, "-m", f"services.{name}"])
 
 
-def main(name: str, build: Callable[[Context], Awaitable[list[Runner]]], *, uses_kube: bool = True) -> None:
+def main(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], *, uses_kube: bool = True) -> None:
     asyncio.run(run(name, build, uses_kube=uses_kube))

@@ -19,9 +19,12 @@ sent plus the TTL less a margin (`deadline`), so the duty is stopped at that tim
 (NATS out of reach), and `valid()` says so to a duty that asks before each step. Clocks need only run at the
 same rate, not agree.
 
-What a lease guards is a duty, started by `on_gain(partition)` and stopped by `on_loss(partition)` (awaited
-before a release). JetStream's expected-last-subject-sequence remains the safety net under it: a replica
-that acts after losing a lease (a paused process) has its decision refused by the facet's guard.
+What a lease guards is a duty, started by `on_gain(partition)` (which must return at once: start a task) and
+stopped by `on_loss(partition)`. A release stops the duty beside the renewals, which go on meanwhile so the
+lease cannot lapse while the duty winds down; the first tick after it ended deletes the key. Every write to the
+bucket is the tick's, one at a time. JetStream's expected-last-subject-sequence remains the safety net under
+all of it: a replica that acts after losing a lease (a paused process) has its decision refused by the facet's
+guard.
 """
 
 from __future__ import annotations
@@ -169,8 +172,8 @@ class Leases:
         self._kv: KeyValue | None = None
         self._stopping = asyncio.Event()
         self._expiry: dict[str, asyncio.TimerHandle] = {}
-        self._losing: set[str] = set()
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[None]] = set()  # duties being stopped
+        self._releasing: dict[str, asyncio.Task[None]] = {}  # partition → its duty being stopped, for a release
 
     def key(self, partition: str) -> str:
         return f"{self.group}.lease.{encode_token(partition)}"
@@ -210,6 +213,8 @@ class Leases:
         self._stopping.set()
 
     async def tick(self) -> None:
+        """One round (the module's docstring). Every write to the bucket happens here, one at a time: a duty
+        being stopped for a release runs beside it, and its key is deleted by the first tick after it ended."""
         kv = self._kv
         assert kv is not None
         sent = time.monotonic()
@@ -219,13 +224,22 @@ class Leases:
                 revision = await kv.update(self.key(partition), self.replica.encode(), last=held.revision)
             except KeyWrongLastSequenceError:
                 log.warning("lease %s/%s was taken over: giving it up", self.group, partition)
-                await self._lose(partition)
+                self._lose(partition)
                 continue
-            self._hold(partition, revision, sent)
+            if partition in self.held:  # not lost meanwhile (its deadline passed while this update was out)
+                self._hold(partition, revision, sent)
+        for partition, stopping in list(self._releasing.items()):
+            if stopping.done():  # its duty ended: the key goes, for another replica to take
+                del self._releasing[partition]
+                dropped = self._drop(partition)
+                if dropped is not None:
+                    with contextlib.suppress(KeyWrongLastSequenceError):
+                        await kv.delete(self.key(partition), last=dropped.revision)
+                    log.info("lease %s/%s released by %s", self.group, partition, self.replica)
         view = await self.read()
-        release, take = plan(view, self.replica, self.held, self.partitions)
+        release, take = plan(view, self.replica, [p for p in self.held if p not in self._releasing], self.partitions)
         for partition in release:
-            await self.release(partition)
+            self._releasing[partition] = self._spawn(self._stop_duty(partition))
         for partition in take:
             sent = time.monotonic()
             current = view.holders.get(partition)
@@ -241,7 +255,7 @@ class Leases:
             if self.on_gain is not None:
                 await self.on_gain(partition)
         self.ticks += 1
-        if not release and not take:
+        if not release and not take and not self._releasing:
             self.settled.set()
 
     async def read(self) -> View:
@@ -291,39 +305,45 @@ class Leases:
     def _expired(self, partition: str) -> None:
         if partition in self.held and not self.valid(partition):
             log.warning("lease %s/%s not renewed in time: giving it up", self.group, partition)
-            task = asyncio.get_running_loop().create_task(self._lose(partition))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            self._lose(partition)
 
-    async def _lose(self, partition: str) -> None:
-        """Stop acting on `partition` (its key is left to expire, or is another's already)."""
-        if partition not in self.held or partition in self._losing:
-            return
-        self._losing.add(partition)
-        try:
-            timer = self._expiry.pop(partition, None)
-            if timer is not None:
-                timer.cancel()
-            if self.on_loss is not None:
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return task
+
+    async def _stop_duty(self, partition: str) -> None:
+        if self.on_loss is not None:
+            try:
                 await self.on_loss(partition)
-            self.held.pop(partition, None)
-        finally:
-            self._losing.discard(partition)
+            except Exception as exc:  # the duty is gone either way
+                log.error("stopping %s/%s failed: %s", self.group, partition, exc)
 
-    async def release(self, partition: str) -> None:
-        """Give a lease up on purpose: the duty stops first, then the key goes, for another replica to take."""
-        held = self.held.get(partition)
-        if held is None:
-            return
-        await self._lose(partition)
-        if self._kv is not None:
-            with contextlib.suppress(Exception):
-                await self._kv.delete(self.key(partition), last=held.revision)
-        log.info("lease %s/%s released by %s", self.group, partition, self.replica)
+    def _drop(self, partition: str) -> Held | None:
+        timer = self._expiry.pop(partition, None)
+        if timer is not None:
+            timer.cancel()
+        return self.held.pop(partition, None)
+
+    def _lose(self, partition: str) -> None:
+        """No longer ours (taken over, or not renewed in time): stop acting now, leave the key be."""
+        if self._drop(partition) is not None and partition not in self._releasing:
+            self._spawn(self._stop_duty(partition))
 
     async def release_all(self) -> None:
+        """Stopping: every duty ends, then every key goes (and the membership), so others take over at once."""
+        for partition in self.held:
+            if partition not in self._releasing:
+                self._releasing[partition] = self._spawn(self._stop_duty(partition))
+        await asyncio.gather(*self._releasing.values(), return_exceptions=True)
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        self._releasing.clear()
         for partition in list(self.held):
-            await self.release(partition)
+            held = self._drop(partition)
+            if held is not None and self._kv is not None:
+                with contextlib.suppress(Exception):
+                    await self._kv.delete(self.key(partition), last=held.revision)
         if self._kv is not None:
             with contextlib.suppress(Exception):
                 await self._kv.delete(self.member_key)

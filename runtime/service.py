@@ -73,6 +73,9 @@ class Service:
 
     name: str = "service"
     consumes: tuple[str, ...] = ()  # subject filters; the service's own facet is added
+    # Filters the shard of the global partition also follows in every partition: what an aggregate over all of
+    # them, decided once, reads (the Gateways' cross-namespace admission). A runner of every event reads them anyway.
+    everywhere: tuple[str, ...] = ()
     resync_interval: float | None = None  # seconds between level-triggered passes over every key
 
     def fold(self, envelope: Envelope) -> None:
@@ -293,7 +296,7 @@ class Runner:
 
     @property
     def filters(self) -> list[str]:
-        return list(dict.fromkeys([*self.service.consumes, facet_filter(self.service.name)]))
+        return list(dict.fromkeys([*self.service.consumes, *self.service.everywhere, facet_filter(self.service.name)]))
 
     def _feeds(self) -> list[Feed]:
         if self.partition is None:
@@ -301,6 +304,8 @@ class Runner:
         feeds = [Feed(self.partition, partition_filter(self.partition))]
         if self.partition != GLOBAL and any(_can_be_global(f) for f in self.filters):
             feeds.append(Feed(GLOBAL, partition_filter(GLOBAL)))  # the cluster-wide inputs every shard folds
+        if self.partition == GLOBAL:
+            feeds += [Feed(f, f) for f in self.service.everywhere]
         return feeds
 
     def wants(self, subject: str) -> bool:

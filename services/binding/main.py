@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from runtime.entry import Context
 from runtime.kubewriter import KubeWriter
-from runtime.service import Runner
+from runtime.service import Runnable
 from services.binding.handlers import BindingService
 
 NAME = "binding"
 
 
-async def start(context: Context) -> list[Runner]:
-    if context.kube is None:
-        return [Runner(BindingService(), context.nc)]
-    resync = context.resync_interval
-    return [Runner(BindingService(KubeWriter(context.kube), resync_interval=resync), context.nc)]
+async def start(context: Context) -> list[Runnable]:
+    kube = context.kube
+    if kube is None:
+        return [context.scaled(NAME, BindingService)]
+    return [context.scaled(NAME, lambda: BindingService(KubeWriter(kube), resync_interval=context.resync_interval))]

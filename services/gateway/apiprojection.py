@@ -1,4 +1,9 @@
-"""What the gateway-api control plane knows (Kubernetes mode): deployments and the Gateways they route through."""
+"""What the gateway-api control plane knows (Kubernetes mode): deployments and the Gateways they route through.
+
+`routing` is which Gateway each deployment routes through, from the service's own decisions; the shard of the
+global partition folds them from every partition (`GatewayApiService.everywhere`), so it alone can decide each
+Gateway's cross-namespace admission for all of them (`admitted`, recorded on the Gateway).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from typing import Any
 
 from contracts.cluster import OBSERVED, ApisDiscovered, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
-from contracts.gateway import GatewayReconciled
+from contracts.gateway import GatewayReconciled, RoutesAdmitted
 from contracts.gatewayapi import GatewayView
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ProviderSelected
@@ -15,6 +20,7 @@ from contracts.providerconfig import InferenceProviderConfigSpec
 from contracts.subjects import SELECTOR, SPEC, WORKLOAD, Key
 from runtime import desired
 from runtime.desired import Desired
+from services.gateway.control import ROUTING
 
 
 @dataclass
@@ -41,12 +47,17 @@ class RoutedDeployment(Desired[ModelDeployment]):
 
 @dataclass
 class GatewayApiState:
-    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     deployments: dict[Key, RoutedDeployment] = field(default_factory=dict)
     providers: dict[str, InferenceProviderConfigSpec] = field(default_factory=dict)
     gateways: dict[str, GatewayView] = field(default_factory=dict)  # "namespace/name" → what the watcher saw
     discovered: ApisDiscovered | None = None
+    routing: dict[Key, str] = field(default_factory=dict)  # deployment → "namespace/name" of the Gateway it routes through
+    admitted: dict[str, RoutesAdmitted] = field(default_factory=dict)  # Gateway → its admission, as last decided
+
+    def routed_through(self, gateway: str) -> list[Key]:
+        return [key for key, ref in self.routing.items() if ref == gateway]
 
     def apis(self) -> bool:
         found = self.discovered
@@ -69,13 +80,21 @@ class GatewayApiState:
         if isinstance(event, ApisDiscovered):
             self.discovered = event
             return
-        if key.kind == "Gateway" and isinstance(event, ObjectObserved):
+        if key.kind == "Gateway":
             ref = f"{key.namespace}/{key.name}"
-            if event.exists:
+            if isinstance(event, ObjectObserved) and event.exists:
                 self.gateways[ref] = GatewayView.of(key.namespace, key.name, event.summary)
-            else:
+            elif isinstance(event, ObjectObserved):
                 self.gateways.pop(ref, None)
+                self.admitted.pop(ref, None)
+            elif envelope.facet == owner and isinstance(event, RoutesAdmitted):
+                self.admitted[ref] = event
             return
+        if key.kind == "ModelDeployment" and envelope.facet == owner and isinstance(event, Decision):
+            if isinstance(event, GatewayReconciled) and event.gateway and event.reason in ROUTING:
+                self.routing[key] = event.gateway
+            else:
+                self.routing.pop(key, None)
         if key.kind == "InferenceProviderConfig":
             if envelope.facet == SPEC and isinstance(event, ResourceApplied):
                 self.providers[key.name] = InferenceProviderConfigSpec.model_validate(event.spec)

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from contracts.events import StatusCondition, StatusSlice
-from contracts.gateway import GatewayReconciled
+from contracts.gateway import GatewayReconciled, RoutesAdmitted
 from contracts.gatewayapi import GatewayView, NoGateway, choose_gateway
 from contracts.modeldeployment import ModelDeployment
 from contracts.objects import (
@@ -365,6 +365,29 @@ def plan(inputs: Inputs) -> Plan | None:
         chosen,
         router_member,
     )
+
+
+# The reasons with which a deployment routes through its Gateway: the Gateway's admission counts it.
+ROUTING = ("GatewayConfigured", "GatewayPatchFailed")
+
+
+def admission_patch(gateway: GatewayView, namespaces: set[str]) -> dict[str, Any] | None:
+    """The allowedRoutes patch a Gateway needs so that HTTPRoutes from `namespaces` attach to it; None when it
+    needs none (its listeners admit them already, or nothing cross-namespace and nothing of ours to take back)."""
+    cross = namespaces - {gateway.namespace}
+    if cross and allows(gateway, namespaces):
+        return None
+    if not cross and not selects(gateway):
+        return None
+    return allowed_routes(gateway, namespaces)
+
+
+def admission_problem(admitted: RoutesAdmitted | None, namespace: str, gateway: str) -> str:
+    """Why a deployment in `namespace` routing through `gateway` is not admitted by it ("" when it is, or the
+    Gateway's admission has not been decided yet)."""
+    if admitted is None or not admitted.error or namespace not in admitted.namespaces:
+        return ""
+    return f"cannot admit routes from namespace {namespace} on Gateway {gateway}: {admitted.error}"
 
 
 def allowed_routes(gateway: GatewayView, namespaces: set[str]) -> dict[str, Any]:

@@ -1,6 +1,11 @@
 """The gateway service's control plane (Kubernetes mode): each running ModelDeployment's
-InferencePool, endpoint picker and HTTPRoute, the Gateway's cross-namespace allowedRoutes,
-`GatewayReady` and `status.gateway`, and the deployment's member of Jetway's own router.
+InferencePool, endpoint picker and HTTPRoute, `GatewayReady` and `status.gateway`, and the
+deployment's member of Jetway's own router; and each Gateway's cross-namespace allowedRoutes.
+
+A Gateway's admission is one aggregate over every deployment routing through it, whatever its
+namespace's partition: the shard of the global partition alone decides it (it follows every
+partition's decisions, `everywhere`), records it on the Gateway (`RoutesAdmitted`), and a
+deployment whose namespace the Gateway could not be made to admit is `GatewayPatchFailed`.
 
 Decisions are made in `control` (pure); this is where they meet the cluster.
 """
@@ -8,15 +13,14 @@ Decisions are made in `control` (pure); this is where they meet the cluster.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 import msgspec
 
 from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope
-from contracts.gateway import GatewayReconciled
-from contracts.gatewayapi import GatewayView
+from contracts.gateway import GatewayReconciled, RoutesAdmitted
 from contracts.objects import ref as reference
 from contracts.providerconfig import EngineGateway
 from contracts.subjects import GATEWAY_API, SELECTOR, WATCHER, WORKLOAD, Key, kind_filter
@@ -43,6 +47,7 @@ class GatewayApiService(Service):
         kind_filter("Gateway", OBSERVED),
         DISCOVERY.subject(WATCHER),
     )
+    everywhere = (kind_filter("ModelDeployment", SELF),)  # every deployment's routing, for the Gateways' admission
 
     def __init__(
         self,
@@ -58,18 +63,27 @@ class GatewayApiService(Service):
         self.configured = configured_gateway
         self.epp_image = epp_image
         self.resync_interval = resync_interval  # level-triggered: hand-deleted objects come back
+        self._rerouted: set[str] = set()  # the Gateways the last folded decision moved a deployment off or onto
 
     def fold(self, envelope: Envelope) -> None:
+        before = self.state.routing.get(envelope.key)
         self.state.fold(envelope, SELF)
+        self._rerouted = {g for g in (before, self.state.routing.get(envelope.key)) if g}
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         key = envelope.key
         if key.kind == "ModelDeployment":
-            return (key,) if envelope.facet != SELF else ()
-        return list(self.state.deployments)  # a Gateway, a provider, the APIs served: any deployment may route differently
+            if envelope.facet == SELF:  # its routing may have moved: the Gateways it left and joined decide again
+                return [_gateway_key(ref) for ref in self._rerouted]
+            return (key,)
+        if key.kind == "Gateway" and envelope.facet == SELF:  # an admission decided: the deployments it concerns
+            return [k for k in self.state.routed_through(f"{key.namespace}/{key.name}") if k in self.state.deployments]
+        if key.kind == "Gateway":
+            return [key, *self.state.deployments]
+        return list(self.state.deployments)  # a provider, the APIs served: any deployment may route differently
 
     def keys(self) -> Iterable[Key]:
-        return list(self.state.deployments)
+        return [*self.state.deployments, *(_gateway_key(ref) for ref in self.state.gateways)]
 
     def _capability(self, d: RoutedDeployment) -> EngineGateway | None:
         if d.selection is None:
@@ -82,11 +96,14 @@ class GatewayApiService(Service):
         return engine.gateway if engine else None
 
     async def reconcile(self, key: Key, effects: Effects) -> None:
+        if key.kind == "Gateway":
+            await self._admit(key, effects)
+            return
         d = self.state.deployments.get(key)
         if d is None:
             return
-        if d.applied is None or d.deleting:  # what Jetway created for it goes, and so does its routes' admission
-            await withdraw(d, self.writer, effects, manager=SELF, then=self._unroute(d))
+        if d.applied is None or d.deleting:  # what Jetway created for it goes (its Withdrawn ends its routes' admission)
+            await withdraw(d, self.writer, effects, manager=SELF)
             return
         if d.paused:
             return
@@ -111,17 +128,15 @@ class GatewayApiService(Service):
                 await effects.emit(key, control.regenerated(d.last, d.generation))  # kept as is, for the new generation
             return
         record: Decision = plan.decision
-        previous = d.last.gateway if isinstance(d.last, GatewayReconciled) else ""
         held = d.last.held if d.last is not None else ()
         if effects.level or not same_decision(record, d.last) or deleted_by_hand(d.observed, held):
             record = await self._write(d, plan, inputs)
-            routed = isinstance(record, GatewayReconciled) and record.reason == "GatewayConfigured"
-            problem = await self._allowed_routes(key, plan.gateway, previous, routed)
-            if problem:
-                record = control.decision(
-                    inputs, False, "GatewayPatchFailed", problem, gateway=plan.gateway, objects=[o for o in plan.objects()]
-                )
             await self._remove_stale(d, record)
+        if isinstance(record, GatewayReconciled) and record.reason == "GatewayConfigured" and plan.gateway is not None:
+            ref = plan.gateway.ref
+            problem = control.admission_problem(self.state.admitted.get(ref), key.namespace, ref)
+            if problem:
+                record = control.decision(inputs, False, "GatewayPatchFailed", problem, gateway=plan.gateway, objects=list(plan.objects()))
         if not same_decision(record, d.last):
             await effects.emit(key, record)
 
@@ -172,37 +187,29 @@ class GatewayApiService(Service):
         if stale and not record.reason.endswith("Failed"):  # a failed write keeps what stands until it succeeds
             await self.writer.delete(stale, manager=SELF)
 
-    def _unroute(self, d: RoutedDeployment) -> Callable[[Decision], Awaitable[str | None]]:
-        """What follows a withdrawn deployment's objects: its Gateway no longer admits routes for it."""
-        return lambda last: self._allowed_routes(d.key, None, last.gateway if isinstance(last, GatewayReconciled) else "", False)
-
-    def _namespaces(self, ref: str, key: Key, routes_here: bool) -> set[str]:
-        """Namespaces whose HTTPRoutes attach to Gateway `ref`, with this deployment's new decision counted."""
-        others = {d.key.namespace for d in self.state.deployments.values() if d.key != key and self.state.routes_to(d, ref)}
-        return others | ({key.namespace} if routes_here else set())
-
-    async def _allowed_routes(self, key: Key, chosen: GatewayView | None, previous: str, routes_here: bool) -> str | None:
-        """Cross-namespace routes need the Gateway's listeners to admit them; when none need it, our fields go.
-        Returns why the chosen Gateway could not be patched, if it could not."""
-        for ref in {g for g in (chosen.ref if chosen else "", previous) if g}:
-            gateway = self.state.gateways.get(ref)
-            if gateway is None:
-                continue
-            namespaces = self._namespaces(ref, key, routes_here and chosen is not None and ref == chosen.ref)
-            cross = namespaces - {gateway.namespace}
-            if cross and control.allows(gateway, namespaces):
-                continue
-            if not cross and not control.selects(gateway):
-                continue  # nothing of ours to take back
+    async def _admit(self, key: Key, effects: Effects) -> None:
+        """A Gateway's cross-namespace admission for every deployment routing through it (the global shard's)."""
+        ref = f"{key.namespace}/{key.name}"
+        gateway = self.state.gateways.get(ref)
+        if gateway is None:
+            return
+        namespaces = {k.namespace for k in self.state.routed_through(ref)}
+        patch = control.admission_patch(gateway, namespaces)
+        error = ""
+        if patch is not None:
             try:
-                await self.writer.apply(
-                    Key("Gateway", gateway.namespace, gateway.name), [control.allowed_routes(gateway, namespaces)], manager=SELF
-                )
+                await self.writer.apply(key, [patch], manager=SELF)
             except (KubeError, NotServed) as exc:
                 log.warning("allowedRoutes of Gateway %s not written: %s", ref, exc)
-                if chosen is not None and ref == chosen.ref:
-                    return f"cannot admit routes from namespace {key.namespace} on Gateway {ref}: {exc}"
-        return None
+                error = str(exc)
+        decision = RoutesAdmitted(namespaces=tuple(sorted(namespaces)), error=error)
+        if not same_decision(decision, self.state.admitted.get(ref)):
+            await effects.emit(key, decision)
+
+
+def _gateway_key(ref: str) -> Key:
+    namespace, _, name = ref.partition("/")
+    return Key("Gateway", namespace, name)
 
 
 __all__ = ["SELF", "GatewayApiService"]

@@ -1,4 +1,9 @@
-"""The gateway service: members in, a probe per reconcile (and per tick), health decisions out."""
+"""The gateway service: members in, a probe per reconcile (and per tick), health decisions out.
+
+Every router replica folds every member (it routes to any of them). With several replicas, each probes and
+records the health of the members in the partitions it holds a lease on (`leases`); a member another replica
+holds is probed here only when this router saw it fail a request, to clear its own failure mark, never recorded.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from contracts.conditions import carried, same_decision
 from contracts.events import Envelope
 from contracts.gateway import PROBE_SIGNALS, probe_signal
 from contracts.subjects import SPEC, Key, kind_filter
+from runtime.leases import Leases
 from runtime.service import Effects, Runner, Service
 from services.gateway import decide
 from services.gateway.probe import Prober
@@ -23,11 +29,27 @@ class GatewayService(Service):
     name = "gateway"
     consumes = (kind_filter("InferencePoolMember"),)
 
-    def __init__(self, prober: Prober, *, probe_interval: float = DEFAULT_PROBE_INTERVAL) -> None:
+    def __init__(self, prober: Prober, *, probe_interval: float = DEFAULT_PROBE_INTERVAL, leases: Leases | None = None) -> None:
         self.members = Members()
         self.prober = prober
         self.resync_interval = probe_interval  # the tick: every member is probed this often
         self.runner: Runner | None = None
+        self.leases = leases  # several router replicas: which partitions' members this one probes and records
+        self._probing: set[asyncio.Task[None]] = set()
+
+    def owns(self, key: Key) -> bool:
+        return self.leases is None or self.leases.valid(key.partition)
+
+    async def alongside(self, runner: Runner) -> None:
+        if self.leases is not None:
+            await self.leases.run()
+
+    async def gained(self, partition: str) -> None:
+        """A partition's lease: its members are probed now, not at the next tick."""
+        if self.runner is not None and self.runner.ready.is_set():
+            task = asyncio.get_running_loop().create_task(self.runner.reconcile_all(partition))
+            self._probing.add(task)
+            task.add_done_callback(self._probing.discard)
 
     def fold(self, envelope: Envelope) -> None:
         self.members.fold(envelope)
@@ -50,6 +72,8 @@ class GatewayService(Service):
         outcome, transport = await self.prober.probe(member)
         if outcome.models is not None:
             self.members.traffic_of(key).failed = False
+        if not effects.runner.owns(key):
+            return  # another replica records this member's health; this probe only cleared our own mark
         decision = carried(decide.health(member, outcome, transport), member.health)
         await effects.runner.nc.publish(PROBE_SIGNALS, probe_signal(key.subject()))
         if not same_decision(decision, member.health):

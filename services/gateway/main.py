@@ -13,9 +13,11 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from contracts.subjects import ALL_PARTITIONS
 from runtime.entry import Context, Stop
+from runtime.leases import Leases, LeaseSettings
 from runtime.secrets import FileSecrets, SecretSource
-from runtime.service import Runner, RunnerSettings
+from runtime.service import Runnable, Runner, RunnerSettings
 from services.gateway import router
 from services.gateway.control import DEFAULT_EPP_IMAGE
 from services.gateway.gatewayapi import GatewayApiService
@@ -41,12 +43,18 @@ def build(
     probe_interval: float = DEFAULT_PROBE_INTERVAL,
     allow_link_local: bool = False,
     settings: RunnerSettings | None = None,
+    leases: LeaseSettings | None = None,
+    replica: str | None = None,
 ) -> Gateway:
+    """The router and its prober. With `leases`, one of several replicas: each routes to every member and probes
+    the members of the partitions it holds a lease on (handlers.py)."""
     pool = UpstreamPool(allow_link_local=allow_link_local)
     signals = SignalClient(nc)
     prober = Prober(pool=pool, secrets=secrets, signal=signals)
     service = GatewayService(prober, probe_interval=probe_interval)
-    runner = Runner(service, nc, settings)
+    if leases is not None:
+        service.leases = Leases(nc.jetstream(timeout=5), NAME, ALL_PARTITIONS, replica=replica, settings=leases, on_gain=service.gained)
+    runner = Runner(service, nc, settings, owns=service.owns)
     service.runner = runner
     routes = router.Routes(
         members=service.members, credentials=prober.credentials, on_failure=service.member_failed, signal=signals, pool=pool
@@ -54,13 +62,15 @@ def build(
     return Gateway(service, runner, routes)
 
 
-async def start(context: Context) -> list[Runner]:
+async def start(context: Context) -> list[Runnable]:
     secrets = FileSecrets(Path(context.env("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
     gateway = build(
         context.nc,
         secrets,
         probe_interval=float(context.env("JETWAY_PROBE_INTERVAL", str(DEFAULT_PROBE_INTERVAL))),
         allow_link_local=context.env("JETWAY_ALLOW_LINK_LOCAL") == "true",
+        leases=context.leases,
+        replica=context.replica,
     )
 
     try:
@@ -82,10 +92,14 @@ async def start(context: Context) -> list[Runner]:
     if context.kube is None:
         return [gateway.runner]
     # Kubernetes mode: the control plane too (InferencePools, HTTPRoutes, status.gateway, router members)
-    control = GatewayApiService(
-        context.kube,
-        configured_gateway=context.env("JETWAY_GATEWAY") or None,
-        epp_image=context.env("JETWAY_EPP_IMAGE", DEFAULT_EPP_IMAGE),
-        resync_interval=context.resync_interval,
+    kube = context.kube
+    control = context.scaled(
+        "gateway-api",
+        lambda: GatewayApiService(
+            kube,
+            configured_gateway=context.env("JETWAY_GATEWAY") or None,
+            epp_image=context.env("JETWAY_EPP_IMAGE", DEFAULT_EPP_IMAGE),
+            resync_interval=context.resync_interval,
+        ),
     )
-    return [gateway.runner, Runner(control, context.nc)]
+    return [gateway.runner, control]

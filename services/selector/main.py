@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from runtime.entry import Context
-from runtime.service import Runner
+from runtime.service import Runnable
 from services.selector.handlers import SelectorService
 
 NAME = "selector"
 
 
-async def start(context: Context) -> list[Runner]:
-    return [Runner(SelectorService(), context.nc)]
+async def start(context: Context) -> list[Runnable]:
+    return [context.scaled(NAME, SelectorService)]

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from runtime.entry import Context
 from runtime.kubewriter import KubeWriter
-from runtime.service import Runner
+from runtime.service import Runnable
 from services.storage.handlers import StorageService
 
 NAME = "storage"
 
 
-async def start(context: Context) -> list[Runner]:
-    if context.kube is None:
-        return [Runner(StorageService(), context.nc)]
-    resync = context.resync_interval
-    return [Runner(StorageService(KubeWriter(context.kube), resync_interval=resync), context.nc)]
+async def start(context: Context) -> list[Runnable]:
+    kube = context.kube
+    if kube is None:
+        return [context.scaled(NAME, StorageService)]
+    return [context.scaled(NAME, lambda: StorageService(KubeWriter(kube), resync_interval=context.resync_interval))]

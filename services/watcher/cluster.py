@@ -64,6 +64,19 @@ READ = (("gateway.networking.k8s.io/v1", "Gateway"),)
 CLAIMS = ("v1", "PersistentVolumeClaim")
 CRDS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 FINALIZED_KINDS = ("ModelDeployment",)
+# What one watcher replica holds a lease on (runtime/leases.py): each of Jetway's kinds (its list-then-watch,
+# the status and finalizer writes of its resources), and `cluster`: the objects Jetway owns, Gateways, claims,
+# CRDs and discovery. One replica holds each at a time; with several replicas they are shared.
+CLUSTER_GROUP = "cluster"
+GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    **{kind: ((api_version, kind),) for api_version, kind in DESIRED},
+    CLUSTER_GROUP: (*OWNED, *READ, CLAIMS),
+}
+
+
+def group_of(kind: str) -> str:
+    """The lease a resource's status writes are held under: its kind's, or `cluster` (discovery)."""
+    return kind if kind in GROUPS else CLUSTER_GROUP
 
 
 @dataclass(frozen=True)
@@ -161,30 +174,98 @@ class ClusterSync:
         self.synced: dict[tuple[str, str], asyncio.Event] = {}
         self.listed: Counter[tuple[str, str]] = Counter()  # lists each follow got through (handlers and all)
         self.restarts: Counter[tuple[str, str]] = Counter()  # follows started again after a failure
-        self.ready = asyncio.Event()  # desired kinds listed and discovery recorded
+        self.held: set[str] = set()  # the groups (GROUPS) this replica follows and writes for
+        self.ready = asyncio.Event()  # the held groups listed, and discovery recorded when `cluster` is held
+        self._cluster_duties: list[asyncio.Task[None]] = []
+        self._discovered = False
+        self._holding: dict[str, asyncio.Task[None]] = {}  # group → its `hold` under way (its first lists)
 
     # --- running -------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, hold_all: bool = True) -> None:
+        """Follow the cluster until cancelled: every group (one watcher), or what `hold` is given (its leases)."""
         await self._retrying(self.kube.discover)
+        try:
+            if hold_all:
+                for group in GROUPS:
+                    await self.hold(group)
+            await asyncio.Event().wait()
+        finally:
+            for group in list(self.held):
+                await self.release(group)
+
+    def holds_kind(self, kind: str) -> bool:
+        return group_of(kind) in self.held
+
+    async def take(self, group: str) -> None:
+        """A lease's gain: `hold` in the background (lists take a while; the lease's loop must not wait)."""
+        task = asyncio.create_task(self.hold(group), name=f"hold-{group}")
+        self._holding[group] = task
+        task.add_done_callback(lambda _: self._holding.pop(group, None) if self._holding.get(group) is task else None)
+
+    async def hold(self, group: str) -> None:
+        """Start following a group's kinds (its lease was gained): its first lists record what is new and
+        write the status of what is there; `cluster` also records discovery and follows CRDs."""
+        if group in self.held:
+            return
+        self.held.add(group)
+        self.ready.clear()
+        if not self.kube.discovery.resources:
+            await self._retrying(self.kube.discover)
         self._start_follows()
-        for kind in DESIRED:
+        for kind in GROUPS[group]:
             if kind in self.synced:
                 await self.synced[kind].wait()
-        await self._record_discovery()  # after the first lists: whoever waits on discovery sees what exists
-        self.ready.set()
-        crds = asyncio.create_task(
-            self.follow(*CRDS, self._crd_changed, self._crd_listed, label_selector=None, metadata_only=True), name="watch-crds"
-        )
-        try:
-            while True:
-                await asyncio.sleep(self.rediscover_interval)
-                await self.rediscover()
-        finally:
-            crds.cancel()
-            for task in self.follows.values():
+        if group == CLUSTER_GROUP:
+            await self._record_discovery()  # after the first lists: whoever waits on discovery sees what exists
+            self._discovered = True
+            self._cluster_duties = [
+                asyncio.create_task(
+                    self.follow(*CRDS, self._crd_changed, self._crd_listed, label_selector=None, metadata_only=True), name="watch-crds"
+                ),
+                asyncio.create_task(self._rediscovering(), name="rediscover"),
+            ]
+        self._check_ready()
+
+    async def release(self, group: str) -> None:
+        """Stop following a group (its lease was lost or given up); what was cached of it goes with it."""
+        holding = self._holding.pop(group, None)
+        if holding is not None:
+            holding.cancel()
+        if group not in self.held:
+            return
+        self.held.discard(group)
+        stopped: list[asyncio.Task[Any]] = [holding] if holding is not None else []
+        for kind in GROUPS[group]:
+            task = self.follows.pop(kind, None)
+            if task is not None:
                 task.cancel()
-            await asyncio.gather(crds, *self.follows.values(), return_exceptions=True)
+                stopped.append(task)
+            self.synced.pop(kind, None)
+        if group == CLUSTER_GROUP:
+            stopped += self._cluster_duties
+            for task in self._cluster_duties:
+                task.cancel()
+            self._cluster_duties = []
+            self._discovered = False
+            self.claims = None
+        else:
+            for key in [k for k in self.live if k.kind == group]:
+                self.live.pop(key, None)
+                self.written.pop(key, None)
+                self.refused.discard(key)
+        await asyncio.gather(*stopped, return_exceptions=True)
+        self._check_ready()
+
+    def _check_ready(self) -> None:
+        started = [kind for group in self.held for kind in GROUPS[group] if kind in self.synced]  # the served ones
+        if all(self.synced[kind].is_set() for kind in started) and (CLUSTER_GROUP not in self.held or self._discovered):
+            self.ready.set()
+
+    async def _rediscovering(self) -> None:
+        while True:
+            await asyncio.sleep(self.rediscover_interval)
+            await self.rediscover()
 
     async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
         while True:
@@ -203,7 +284,10 @@ class ClusterSync:
         for kind in READ:
             wanted[kind] = (self._owned_changed, self._owned_listed, None)
         wanted[CLAIMS] = (self._claim_changed, self._claims_listed, None)
+        held = {kind for group in self.held for kind in GROUPS[group]}
         for kind, (on_change, on_list, selector) in wanted.items():
+            if kind not in held:
+                continue
             served = self.kube.discovery.find(*kind) is not None
             running = kind in self.follows and not self.follows[kind].done()
             if served and not running:
@@ -386,6 +470,8 @@ class ClusterSync:
 
     async def reconcile(self, key: Key) -> None:
         """Bring the cluster's view of one resource to what the events say: its status, its finalizer."""
+        if not self.holds_kind(key.kind):
+            return  # another watcher replica holds its kind
         obj = self.live.get(key)
         state = self.service.state.resources.items.get(key)
         if obj is None or state is None:

@@ -27,6 +27,7 @@ from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
 from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, Key
 from runtime.eventstore import Conflict, EventTooLarge
+from runtime.leases import Leases
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
 from services.watcher.apply import Plan, Stale, key_of, plan, policy
@@ -60,11 +61,19 @@ class WatcherService(Service):
     name = "watcher"
     consumes = (ALL_EVENTS,)
 
-    def __init__(self, *, allow_link_local: bool = False, cluster: ClusterSync | None = None, resync_interval: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_link_local: bool = False,
+        cluster: ClusterSync | None = None,
+        resync_interval: float | None = None,
+        leases: Leases | None = None,
+    ) -> None:
         self.state = WatcherState()
         self.allow_link_local = allow_link_local
         self.runner: Runner | None = None
         self.cluster = cluster  # Kubernetes mode: the cluster in, status and finalizers out
+        self.leases = leases  # several watcher replicas: each follows the kinds it holds a lease on (cluster.GROUPS)
         self.resync_interval = resync_interval
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
         self.rebuilt_count = 0
@@ -239,7 +248,12 @@ class WatcherService(Service):
 
         sub = await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
         try:
-            await (self.cluster.run() if self.cluster is not None else asyncio.Event().wait())
+            if self.cluster is None:
+                await asyncio.Event().wait()
+            elif self.leases is None:
+                await self.cluster.run()
+            else:
+                await asyncio.gather(self.cluster.run(hold_all=False), self.leases.run())
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

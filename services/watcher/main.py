@@ -22,9 +22,10 @@ from nats.aio.client import Client
 
 from runtime.entry import Context, Stop
 from runtime.kube import Kube, KubeError, NotFound
-from runtime.service import Runner, RunnerSettings
+from runtime.leases import Leases, LeaseSettings
+from runtime.service import Runnable, Runner, RunnerSettings
 from services.watcher import certs, webhook
-from services.watcher.cluster import ClusterSync
+from services.watcher.cluster import GROUPS, ClusterSync
 from services.watcher.handlers import WatcherService
 
 NAME = "watcher"
@@ -49,11 +50,20 @@ def build(
     cluster: Kube | None = None,
     namespace: str | None = None,
     resync_interval: float | None = None,
+    leases: LeaseSettings | None = None,
+    replica: str | None = None,
 ) -> Watcher:
+    """The watcher. In a cluster, with `leases`, it is one of several replicas: each follows the kinds it holds a
+    lease on (cluster.GROUPS), and writes status for those only; every replica folds every event."""
     service = WatcherService(allow_link_local=allow_link_local, resync_interval=resync_interval)
-    if cluster is not None:
-        service.cluster = ClusterSync(cluster, service, namespace=namespace)
     runner = Runner(service, nc, settings)
+    if cluster is not None:
+        sync = service.cluster = ClusterSync(cluster, service, namespace=namespace)
+        if leases is not None:
+            service.leases = Leases(
+                nc.jetstream(timeout=5), NAME, GROUPS, replica=replica, settings=leases, on_gain=sync.take, on_loss=sync.release
+            )
+            runner = Runner(service, nc, settings, owns=lambda key: sync.holds_kind(key.kind))
     service.runner = runner
     return Watcher(service, runner)
 
@@ -96,7 +106,7 @@ async def ensure_certificate(kube: Kube, namespace: str, secret: str, service: s
     return issued
 
 
-async def start(context: Context) -> list[Runner]:
+async def start(context: Context) -> list[Runnable]:
     allow_link_local = context.env("JETWAY_ALLOW_LINK_LOCAL") == "true"
     if context.kube is None:
         from services.watcher import api
@@ -124,6 +134,8 @@ async def start(context: Context) -> list[Runner]:
         cluster=kube,
         namespace=context.env("JETWAY_WATCH_NAMESPACE") or None,
         resync_interval=context.resync_interval,
+        leases=context.leases,
+        replica=context.replica,
     )
     sync = watcher.service.cluster
     assert sync is not None

@@ -9,17 +9,18 @@ import os
 
 from runtime.entry import Context
 from runtime.kubewriter import KubeWriter
-from runtime.service import Runner
+from runtime.service import Runnable
 from services.workload import registry, render
 from services.workload.handlers import WorkloadService
 
 NAME = "workload"
 
 
-async def start(context: Context) -> list[Runner]:
+async def start(context: Context) -> list[Runnable]:
     settings = render.settings(os.environ)  # the providers' settings, e.g. KAITO's AIRUNWAY_KAITO_*
     resolver = registry.from_environment(os.environ, cluster=context.kube is not None)  # JETWAY_IMAGE_RESOLUTION
-    if context.kube is None:
-        return [Runner(WorkloadService(settings=settings, resolver=resolver), context.nc)]
+    kube = context.kube
+    if kube is None:
+        return [context.scaled(NAME, lambda: WorkloadService(settings=settings, resolver=resolver))]
     resync = context.resync_interval
-    return [Runner(WorkloadService(KubeWriter(context.kube), resync_interval=resync, settings=settings, resolver=resolver), context.nc)]
+    return [context.scaled(NAME, lambda: WorkloadService(KubeWriter(kube), resync_interval=resync, settings=settings, resolver=resolver))]

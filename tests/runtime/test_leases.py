@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.client import Client
 
+from contracts.natsauth import LEASE_BUCKET
 from contracts.subjects import ALL_PARTITIONS
 from runtime.bus import connect
-from runtime.leases import Leases, LeaseSettings, View, fair_share, plan, preference
+from runtime.leases import BUCKET, Leases, LeaseSettings, View, fair_share, plan, preference
 from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
@@ -146,3 +147,7 @@ async def test_a_replica_cut_off_from_nats_stops_acting_before_its_leases_can_be
         assert not set(ledger.holder) & {p for p in mine if ledger.holder.get(p) == "a"}
         await eventually(lambda: all(ledger.holder.get(p) == "b" for p in mine), timeout=15, message="b took them")
     assert ledger.overlaps == []
+
+
+def test_the_nats_rights_name_the_bucket_the_runtime_uses() -> None:
+    assert LEASE_BUCKET == BUCKET

@@ -1,6 +1,6 @@
 """Each service's own NATS user, enforced by a real server running contracts/natsauth.py's
-`authorization` block: a service writes its own facets and nothing else, takes only its own durable
-consumer, and a wrong or missing password is refused at once without being echoed.
+`authorization` block: a service writes its own facets and nothing else, holds only its own leases,
+and a wrong or missing password is refused at once without being echoed.
 
 That the rights are enough for the whole pipeline is shown on a real API server by
 tests/kube/test_least_privilege.py, which runs every service as its own user."""
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig
-from nats.js.errors import NotFoundError
 
 from contracts.events import StatusReported
 from contracts.natsauth import PASSWORD_ENV, SERVICES, USER_ENV, new_password, permissions, render_authorization, service_user
-from contracts.subjects import Key
-from runtime.bus import EVENTS_STREAM, Credentials, connect, ensure_streams
+from contracts.subjects import ALL_PARTITIONS, Key
+from runtime.bus import Credentials, connect, ensure_streams
 from runtime.eventstore import EventStore, StoreUnavailable
+from runtime.leases import Leases, LeaseSettings
+from runtime.leases import bucket as lease_bucket
 from runtime.natsserver import NatsServer
 
 QWEN = Key("ModelDeployment", "team-a", "qwen")
@@ -82,19 +82,24 @@ async def test_a_service_writes_its_own_facet_and_is_refused_another_services(op
     assert await store.last_seq(QWEN.subject()) == 0
 
 
-async def test_a_service_cannot_take_another_services_consumer(open_as: OpenAs) -> None:
-    workload = await open_as("workload")
-    await ensure_streams(workload.jetstream())
+async def test_a_service_holds_its_own_leases_and_cannot_take_another_services(open_as: OpenAs) -> None:
     selector = await open_as("selector")
-    js = selector.jetstream(timeout=1.0)
-    # its own durable, yes
-    await js.add_consumer(EVENTS_STREAM, ConsumerConfig(durable_name="jetway-selector", ack_policy="explicit"))
-    # the workload's: it would take the workload's events and acknowledge them unprocessed
+    await ensure_streams(selector.jetstream())
+    mine = Leases(selector.jetstream(timeout=1.0), "selector", ALL_PARTITIONS, replica="selector-0", settings=LeaseSettings(5.0))
+    mine._kv = await lease_bucket(mine.js, 5.0)  # the bucket, made by the first service to start
+    await mine.tick()
+    assert mine.holds() == set(ALL_PARTITIONS)
+    # the workload's leases: holding one would stop the workload deciding about that partition
     with pytest.raises(Exception) as refused:  # no answer comes to a refused request: a timeout
-        await js.add_consumer(EVENTS_STREAM, ConsumerConfig(durable_name="jetway-workload", ack_policy="explicit"))
+        await mine._kv.create("workload.lease.3", b"selector-0")
     assert type(refused.value).__name__ in {"TimeoutError", "NoRespondersError"}
-    with pytest.raises(NotFoundError):  # and none was made
-        await workload.jetstream().consumer_info(EVENTS_STREAM, "jetway-workload")
+    workload = await open_as("workload")
+    theirs = Leases(workload.jetstream(timeout=1.0), "workload", ALL_PARTITIONS, replica="workload-0", settings=LeaseSettings(5.0))
+    theirs._kv = await lease_bucket(theirs.js, 5.0)
+    await theirs.tick()
+    assert theirs.holds() == set(ALL_PARTITIONS)  # none was taken from it
+    await mine.release_all()
+    await theirs.release_all()
 
 
 async def test_a_wrong_password_is_refused_at_once_and_never_echoed(secured: NatsServer, passwords: dict[str, str]) -> None:
