@@ -223,7 +223,7 @@ class Leases:
             try:
                 revision = await kv.update(self.key(partition), self.replica.encode(), last=held.revision)
             except KeyWrongLastSequenceError:
-                log.warning("lease %s/%s was taken over: giving it up", self.group, partition)
+                log.warning("lease %s/%s of %s was taken over: giving it up", self.group, partition, self.replica)
                 self._lose(partition)
                 continue
             if partition in self.held:  # not lost meanwhile (its deadline passed while this update was out)
@@ -304,7 +304,7 @@ class Leases:
 
     def _expired(self, partition: str) -> None:
         if partition in self.held and not self.valid(partition):
-            log.warning("lease %s/%s not renewed in time: giving it up", self.group, partition)
+            log.warning("lease %s/%s of %s not renewed in time: giving it up", self.group, partition, self.replica)
             self._lose(partition)
 
     def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:

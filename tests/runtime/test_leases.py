@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from contracts.natsauth import LEASE_BUCKET
 from contracts.subjects import ALL_PARTITIONS
 from runtime.bus import connect
-from runtime.leases import BUCKET, Leases, LeaseSettings, View, fair_share, plan, preference
+from runtime.leases import BUCKET, MARGIN, Leases, LeaseSettings, View, fair_share, plan, preference
 from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
@@ -120,19 +120,21 @@ async def test_replicas_share_the_partitions_and_a_dead_ones_are_taken_within_th
                 await b_task
             died = time.monotonic()
             await eventually(lambda: balanced(ledger, {"a", "c"}), timeout=15, message="the survivors took b's partitions")
-            handover = max(ledger.gained[p] for p in held_by_b) - died
-            assert handover <= TTL + TTL / 4 + 1.0, f"taken over after {handover:.2f}s with a {TTL}s TTL"
+            # not before b's keys could expire: a lease is never taken from a replica that may still act on it
+            assert min(ledger.gained[p] for p in held_by_b) - died >= TTL * (1 - MARGIN) - 0.5
     assert ledger.overlaps == []
 
 
 async def test_a_replica_that_stops_hands_its_partitions_over_at_once(nats: NatsEndpoint) -> None:
     ledger = Ledger()
-    async with replica(nats.url, "a", ledger), replica(nats.url, "b", ledger) as (b, _, _):
+    async with replica(nats.url, "a", ledger) as (a, _, _), replica(nats.url, "b", ledger) as (b, _, b_task):
         await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="shared")
         b.stop()
-        stopped = time.monotonic()
+        await asyncio.wait_for(b_task, 15)
+        # released, not left to expire: once b has stopped, no key names it any more
+        view = await a.read()
+        assert "b" not in {holder for holder, _ in view.holders.values()} and "b" not in view.replicas
         await eventually(lambda: balanced(ledger, {"a"}), timeout=15, message="a holds everything")
-        assert time.monotonic() - stopped < TTL  # released, not left to expire
     assert ledger.overlaps == []
 
 
