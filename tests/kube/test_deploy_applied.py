@@ -91,8 +91,9 @@ def test_deploy_applies_server_side_and_every_object_is_accepted(
 
     # the ReplicaSets' pods pass the namespace's Pod Security level ("restricted"): none refused
     for deployment in [o for o in objects if o["kind"] == "Deployment"]:
-        name = deployment["metadata"]["name"]
-        kubectl(server, "wait", "--for=jsonpath={.status.replicas}=1", "--timeout=60s", f"deployment/{name}", "-n", "jetway-system")
+        name, replicas = deployment["metadata"]["name"], deployment["spec"]["replicas"]
+        wanted = f"--for=jsonpath={{.status.replicas}}={replicas}"
+        kubectl(server, "wait", wanted, "--timeout=60s", f"deployment/{name}", "-n", "jetway-system")
         sets = yaml.safe_load(kubectl(server, "get", "replicasets", "-n", "jetway-system", "-o", "yaml").stdout)["items"]
         for replica_set in sets:
             failures = [c for c in (replica_set.get("status") or {}).get("conditions", []) if c["type"] == "ReplicaFailure"]

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -77,12 +77,32 @@ class ServiceProcess:
         return dict(json.loads(self.dump.read_text()))
 
 
+class Processes:
+    """The test's service processes, killed at its end whatever its outcome (none outlives a failed test)."""
+
+    def __init__(self) -> None:
+        self.all: list[ServiceProcess] = []
+
+    def started(self, process: ServiceProcess) -> ServiceProcess:
+        self.all.append(process)
+        return process.start()
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    found = Processes()
+    yield found
+    for process in found.all:
+        if process.process is not None and process.process.poll() is None:
+            process.kill()
+
+
 async def test_service_killed_mid_burst_reaches_the_same_projection_with_no_effect_twice(
-    nats: NatsEndpoint, client: Client, tmp_path: Path
+    nats: NatsEndpoint, client: Client, tmp_path: Path, processes: Processes
 ) -> None:
     store = EventStore(client, producer="watcher")
-    steady = ServiceProcess(nats.url, "steady", tmp_path / "steady.json").start()
-    victim = ServiceProcess(nats.url, "victim", tmp_path / "victim.json").start()
+    steady = processes.started(ServiceProcess(nats.url, "steady", tmp_path / "steady.json"))
+    victim = processes.started(ServiceProcess(nats.url, "victim", tmp_path / "victim.json"))
     for process in (steady, victim):
         await eventually(process.ready, timeout=30, message="the service started")
 
@@ -252,8 +272,8 @@ async def test_two_replicas_of_one_service_record_each_decision_once(client: Cli
     assert len(counts) == 40 and set(counts.values()) == {1}
 
 
-async def test_sigterm_stops_the_service_cleanly(nats: NatsEndpoint, client: Client, tmp_path: Path) -> None:
-    process = ServiceProcess(nats.url, "graceful", tmp_path / "graceful.json").start()
+async def test_sigterm_stops_the_service_cleanly(nats: NatsEndpoint, client: Client, tmp_path: Path, processes: Processes) -> None:
+    process = processes.started(ServiceProcess(nats.url, "graceful", tmp_path / "graceful.json"))
     await eventually(process.ready, timeout=30, message="started")
     store = EventStore(client, producer="watcher")
     await store.append(member("x").subject(), applied(member("x"), 1))
