@@ -56,6 +56,12 @@ def free_port() -> int:
 class Process:
     popen: subprocess.Popen[bytes]
     health: int  # its health port
+    log: Path
+
+    def alive(self) -> None:
+        if self.popen.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{self.log.stem} exited with {self.popen.returncode}:\n{tail}")
 
 
 @contextlib.contextmanager
@@ -76,10 +82,10 @@ def replicas(url: str, count: int, ttl: float, logs: Path) -> Iterator[dict[str,
                     "JETWAY_IMAGE_RESOLUTION": "off",
                     "JETWAY_LOG_LEVEL": "warning",
                 }
-                log = (logs / f"{name}-{index}.log").open("wb")
+                path = logs / f"{name}-{index}.log"
                 command = [sys.executable, "-m", f"services.{name}"]
-                popen = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-                running[name].append(Process(popen, int(env["JETWAY_HEALTH_PORT"])))
+                popen = subprocess.Popen(command, cwd=ROOT, env=env, stdout=path.open("wb"), stderr=subprocess.STDOUT)
+                running[name].append(Process(popen, int(env["JETWAY_HEALTH_PORT"]), path))
         yield running
     finally:
         everyone = [p.popen for processes in running.values() for p in processes]
@@ -100,8 +106,7 @@ async def ready(processes: dict[str, list[Process]], timeout: float = 120.0) -> 
         for procs in processes.values():
             for process in procs:
                 while True:
-                    if process.popen.poll() is not None:
-                        raise RuntimeError(f"a replica exited with {process.popen.returncode}")
+                    process.alive()
                     with contextlib.suppress(aiohttp.ClientError):
                         async with http.get(f"http://127.0.0.1:{process.health}/readyz") as response:
                             if response.status == 200:
@@ -200,8 +205,19 @@ async def handover(url: str, count: int, ttl: float, logs: Path) -> dict[str, fl
         js = nc.jetstream(timeout=10)
         with replicas(url, count, ttl, logs) as running:
             await ready(running)
+            deadline = time.monotonic() + 60
+            while True:  # the partitions shared: every replica holds some
+                views = {name: await held(js, name) for name in SERVICES}
+                if all(len(v) == len(ALL_PARTITIONS) and len(set(v.values())) == count for v in views.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"partitions not shared: {views}")
+                await asyncio.sleep(0.2)
+            for procs in running.values():
+                for process in procs:
+                    process.alive()
             victims = {name: procs[0] for name, procs in running.items()}
-            lost = {name: {p for p, h in (await held(js, name)).items() if h == f"{name}-0"} for name in SERVICES}
+            lost = {name: {p for p, h in views[name].items() if h == f"{name}-0"} for name in SERVICES}
             killed = time.perf_counter()
             for process in victims.values():
                 process.popen.kill()
@@ -216,7 +232,7 @@ async def handover(url: str, count: int, ttl: float, logs: Path) -> dict[str, fl
             # a deployment in a partition the dead replicas held, rendered by the survivors
             rendered = Rendered(nc)
             await rendered.start()
-            target = next(i for i in range(10_000) if applied(i, "late")[0].partition in lost["workload"] & lost["selector"])
+            target = next(i for i in range(10_000) if applied(i, "late")[0].partition in lost["workload"])
             key, event = applied(target, "late")
             await EventStore(nc, producer="watcher").append(key.subject(), event, expected_seq=0)
             await rendered.until(lambda names: key.name in names)

@@ -123,6 +123,17 @@ def plan(view: View, me: str, held: Iterable[str], partitions: tuple[str, ...]) 
     return [], free[: share - len(mine)]
 
 
+def balanced(view: View, me: str, held: set[str], partitions: tuple[str, ...]) -> bool:
+    """Whether the group has settled (pure): every partition held, none by a replica over its fair share."""
+    holders = {p: h for p, (h, _) in view.holders.items() if p in partitions and h != me}
+    holders.update(dict.fromkeys(held, me))
+    share = fair_share(len(partitions), len(view.replicas | {me}))
+    counts: dict[str, int] = {}
+    for holder in holders.values():
+        counts[holder] = counts.get(holder, 0) + 1
+    return len(holders) == len(partitions) and all(count <= share for count in counts.values())
+
+
 async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
     """The lease bucket, made on first use with `ttl` as its max_age (three copies where the cluster can place
     them). An existing bucket keeps the TTL it was made with: every replica reads it from there."""
@@ -255,7 +266,7 @@ class Leases:
             if self.on_gain is not None:
                 await self.on_gain(partition)
         self.ticks += 1
-        if not release and not take and not self._releasing:
+        if not release and not take and not self._releasing and balanced(view, self.replica, set(self.held), self.partitions):
             self.settled.set()
 
     async def read(self) -> View:
@@ -349,4 +360,4 @@ class Leases:
                 await self._kv.delete(self.member_key)
 
 
-__all__ = ["BUCKET", "LeaseSettings", "Leases", "View", "fair_share", "plan", "preference", "replica_id"]
+__all__ = ["BUCKET", "LeaseSettings", "Leases", "View", "balanced", "fair_share", "plan", "preference", "replica_id"]

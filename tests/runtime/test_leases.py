@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from contracts.natsauth import LEASE_BUCKET
 from contracts.subjects import ALL_PARTITIONS
 from runtime.bus import connect
-from runtime.leases import BUCKET, MARGIN, Leases, LeaseSettings, View, fair_share, plan, preference
+from runtime.leases import BUCKET, MARGIN, Leases, LeaseSettings, View, balanced, fair_share, plan, preference
 from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
@@ -48,6 +48,17 @@ def test_a_replica_under_its_share_takes_only_free_partitions_up_to_it() -> None
     holders = {p: ("a", 1) for p in PARTS[:3]}
     _, take = plan(View(holders, frozenset({"a", "b"})), "b", [], PARTS)
     assert len(take) == 9 and not set(take) & set(PARTS[:3])
+
+
+def test_the_group_is_settled_when_every_partition_is_held_and_none_over_a_share() -> None:
+    everything = {p: ("a", 1) for p in PARTS}
+    assert balanced(View(everything, frozenset({"a"})), "a", set(PARTS), PARTS)
+    # b has just joined: a is over its share, so b is not settled with nothing (nor is a)
+    assert not balanced(View(everything, frozenset({"a", "b"})), "b", set(), PARTS)
+    assert not balanced(View(everything, frozenset({"a", "b"})), "a", set(PARTS), PARTS)
+    halves = {p: ("a" if i < 9 else "b", 1) for i, p in enumerate(PARTS)}
+    assert balanced(View(halves, frozenset({"a", "b"})), "b", {p for p, (h, _) in halves.items() if h == "b"}, PARTS)
+    assert not balanced(View(dict(list(halves.items())[:16]), frozenset({"a", "b"})), "a", set(PARTS[:9]), PARTS)  # one free
 
 
 def test_its_own_lease_from_before_a_restart_is_taken_back() -> None:
@@ -101,7 +112,7 @@ async def replica(url: str, name: str, ledger: Ledger) -> AsyncIterator[tuple[Le
             await nc.close()
 
 
-def balanced(ledger: Ledger, names: set[str]) -> bool:
+def shared_by(ledger: Ledger, names: set[str]) -> bool:
     counts = [sum(1 for h in ledger.holder.values() if h == n) for n in names]
     return len(ledger.holder) == len(PARTS) and set(ledger.holder.values()) == names and max(counts) - min(counts) <= 1
 
@@ -109,9 +120,9 @@ def balanced(ledger: Ledger, names: set[str]) -> bool:
 async def test_replicas_share_the_partitions_and_a_dead_ones_are_taken_within_the_ttl(nats: NatsEndpoint) -> None:
     ledger = Ledger()
     async with replica(nats.url, "a", ledger), replica(nats.url, "b", ledger) as (_, b_nc, b_task):
-        await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="two replicas share the partitions")
+        await eventually(lambda: shared_by(ledger, {"a", "b"}), timeout=15, message="two replicas share the partitions")
         async with replica(nats.url, "c", ledger):
-            await eventually(lambda: balanced(ledger, {"a", "b", "c"}), timeout=15, message="a third replica gets its share")
+            await eventually(lambda: shared_by(ledger, {"a", "b", "c"}), timeout=15, message="a third replica gets its share")
             held_by_b = {p for p, h in ledger.holder.items() if h == "b"}
             # b dies: its connection goes first, so nothing is released and its keys are left to expire
             await b_nc.close()
@@ -119,7 +130,7 @@ async def test_replicas_share_the_partitions_and_a_dead_ones_are_taken_within_th
             with contextlib.suppress(BaseException):
                 await b_task
             died = time.monotonic()
-            await eventually(lambda: balanced(ledger, {"a", "c"}), timeout=15, message="the survivors took b's partitions")
+            await eventually(lambda: shared_by(ledger, {"a", "c"}), timeout=15, message="the survivors took b's partitions")
             # not before b's keys could expire: a lease is never taken from a replica that may still act on it
             assert min(ledger.gained[p] for p in held_by_b) - died >= TTL * (1 - MARGIN) - 0.5
     assert ledger.overlaps == []
@@ -128,20 +139,20 @@ async def test_replicas_share_the_partitions_and_a_dead_ones_are_taken_within_th
 async def test_a_replica_that_stops_hands_its_partitions_over_at_once(nats: NatsEndpoint) -> None:
     ledger = Ledger()
     async with replica(nats.url, "a", ledger) as (a, _, _), replica(nats.url, "b", ledger) as (b, _, b_task):
-        await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="shared")
+        await eventually(lambda: shared_by(ledger, {"a", "b"}), timeout=15, message="shared")
         b.stop()
         await asyncio.wait_for(b_task, 15)
         # released, not left to expire: once b has stopped, no key names it any more
         view = await a.read()
         assert "b" not in {holder for holder, _ in view.holders.values()} and "b" not in view.replicas
-        await eventually(lambda: balanced(ledger, {"a"}), timeout=15, message="a holds everything")
+        await eventually(lambda: shared_by(ledger, {"a"}), timeout=15, message="a holds everything")
     assert ledger.overlaps == []
 
 
 async def test_a_replica_cut_off_from_nats_stops_acting_before_its_leases_can_be_taken(nats: NatsEndpoint) -> None:
     ledger = Ledger()
     async with replica(nats.url, "a", ledger) as (a, a_nc, a_task), replica(nats.url, "b", ledger):
-        await eventually(lambda: balanced(ledger, {"a", "b"}), timeout=15, message="shared")
+        await eventually(lambda: shared_by(ledger, {"a", "b"}), timeout=15, message="shared")
         mine = {p for p, h in ledger.holder.items() if h == "a"}
         await a_nc.close()  # NATS out of reach: renewals fail, and a's loop keeps trying
         await eventually(lambda: not a.holds(), timeout=TTL + 1, message="a no longer acts on its partitions")
