@@ -69,6 +69,7 @@ class ResourceApplied(Event, frozen=True, tag="ResourceApplied.v1"):
     annotations: dict[str, str] = {}
     uid: str = ""
     created_at: str = ""
+    registered: bool = False  # recorded for a provider's self-registration (contracts/pipeline.py ProviderRegistered)
 
 
 class ResourceDeleted(Event, frozen=True, tag="ResourceDeleted.v1"):

@@ -89,9 +89,9 @@ class ServiceUser:
 
 
 # What each service's code emits, read from it (services/*/handlers.py, services/watcher/cluster.py,
-# services/gateway/gatewayapi.py), as the cluster runs it. Standalone (`jetway up`) the workload also
-# writes the built-in InferenceProviderConfigs' `spec` (self-registration); in a cluster it applies them
-# to the API server and the watcher records them, so the cluster's workload user has no `spec` right.
+# services/gateway/gatewayapi.py). Every `spec` is the watcher's: the workload's self-registration of the
+# built-in InferenceProviderConfigs goes to the API server in a cluster, and standalone it is a request on
+# the workload's own facet (ProviderRegistered) that the watcher records.
 SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser(
         "watcher",

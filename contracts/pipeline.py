@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from contracts.events import Decision, register
+from contracts.events import Decision, Event, register
 
 
 class ProviderSelected(Decision, frozen=True, tag="ProviderSelected.v1"):
@@ -144,3 +144,20 @@ class SelectionRulesChecked(Decision, frozen=True, tag="SelectionRulesChecked.v1
 
 
 register(SelectionRulesChecked)
+
+
+class ProviderRegistered(Event, frozen=True, tag="ProviderRegistered.v1"):
+    """Standalone, the workload service asks for one of its built-in InferenceProviderConfigs (`manifest`, as
+    `jetway apply` would take it) to exist. The watcher, the one writer of specs, records it as applied when there
+    is none yet, or when the one there came from an earlier registration and differs (an upgrade of the built-in
+    config); a config a user applied is left alone. In a cluster the workload applies it to the API server, and
+    the watcher records what the cluster shows, as for any other resource. A request, not a decision: it holds
+    no slice of the provider's status."""
+
+    manifest: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"asks for InferenceProviderConfig {self.manifest.get('metadata', {}).get('name', '?')}"
+
+
+register(ProviderRegistered)

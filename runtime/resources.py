@@ -56,6 +56,7 @@ class ResourceState:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     resource_version: int = 0  # stream sequence of the last spec event
+    registered: bool = False  # its spec was recorded for a provider's self-registration, not applied by a user
     decisions: dict[str, Envelope] = field(default_factory=dict)  # owner → its latest decision
     deleting: bool = False  # the cluster asked to delete it; its objects are being cleaned up
 
@@ -161,6 +162,7 @@ class Resources:
                     state.created_at = datetime.fromisoformat(event.created_at)
                 state.updated_at = envelope.stored_at or envelope.time
                 state.resource_version = envelope.seq
+                state.registered = event.registered
                 self.items[key] = state
             elif isinstance(event, DeletionRequested) and key in self.items:
                 self.items[key].deleting = True

@@ -22,10 +22,11 @@ from contracts.events import Envelope, Event, ResourceDeleted, StatusReported, S
 from contracts.gateway import PROBE_SIGNALS, ProbeSignal
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
+from contracts.pipeline import ProviderRegistered
 from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
-from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, Key
+from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, WORKLOAD, Key
 from runtime.eventstore import Conflict, EventTooLarge
 from runtime.leases import Leases
 from runtime.resources import ResourceState
@@ -85,17 +86,35 @@ class WatcherService(Service):
         self.rebuilt_count = len(self.state.resources.items)
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
-        # Standalone, the watcher only answers questions; in a cluster, each decision is written back as status.
-        if self.cluster is None or envelope.key.kind not in KINDS or envelope.facet == OBSERVED:
+        # Standalone, the watcher answers questions and records the built-in providers' registrations (a spec
+        # has one writer: this service); in a cluster, each decision is written back as status.
+        if self.cluster is None:
+            registering = isinstance(envelope.event, ProviderRegistered) or envelope.key in self.state.registrations
+            return (envelope.key,) if registering and envelope.facet in (SPEC, WORKLOAD) else ()
+        if envelope.key.kind not in KINDS or envelope.facet == OBSERVED:
             return ()
         return (envelope.key,)
 
     def keys(self) -> Iterable[Key]:
-        return list(self.state.resources.items) if self.cluster is not None else []
+        return list(self.state.resources.items) if self.cluster is not None else list(self.state.registrations)
 
     async def reconcile(self, key: Key, effects: Effects) -> None:
         if self.cluster is not None:
             await self.cluster.reconcile(key)
+        else:
+            await self._register(key)
+
+    async def _register(self, key: Key) -> None:
+        """Standalone: a built-in provider's registration recorded as applied, unless a user applied that config
+        (then theirs stands); a registered one that differs is the built-in config upgraded. Deleted, it comes
+        back, as the workload service re-creates it in a cluster."""
+        registration = self.state.registrations.get(key)
+        current = self.state.resources.items.get(key)
+        if registration is None or (current is not None and not current.registered):
+            return
+        outcome = await self.apply(registration.manifest, dry_run=False, registered=True)
+        if isinstance(outcome, Refused):  # a built-in config this version refuses: a bug, said loudly
+            log.error("built-in provider %s not registered: %s", key.name, "; ".join(p.message for p in outcome.problems))
 
     async def record(self, key: Key, event: Event, facet: str) -> None:
         """Record what the cluster showed (Kubernetes mode): appended after the facet's last event."""
@@ -157,16 +176,17 @@ class WatcherService(Service):
         config = stored("InferenceProviderConfig", name, "", state.spec)
         return ProviderLookup("found", spec=config.spec)  # type: ignore[attr-defined]
 
-    async def apply(self, doc: Any, *, dry_run: bool) -> tuple[Plan, Admission] | Refused:
+    async def apply(self, doc: Any, *, dry_run: bool, registered: bool = False) -> tuple[Plan, Admission] | Refused:
+        """Admit and record a manifest (`registered`: for a provider's self-registration, not a user)."""
         async with self._lock:
             try:
-                return await self._guarded(lambda: self._apply_once(doc, dry_run))
+                return await self._guarded(lambda: self._apply_once(doc, dry_run, registered))
             except Conflict:
                 return Refused(
                     409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
                 )
 
-    async def _apply_once(self, doc: Any, dry_run: bool) -> tuple[Plan, Admission] | Refused:
+    async def _apply_once(self, doc: Any, dry_run: bool, registered: bool = False) -> tuple[Plan, Admission] | Refused:
         """One plan against the projection and its append; a Conflict when the facet moved on meanwhile."""
         assert self.runner is not None
         verdict, current = self.admit(doc)
@@ -189,8 +209,9 @@ class WatcherService(Service):
             pending = self._reported_event(decision.key, doc, dry_run)
             if pending is not None:  # checked before the spec is stored: all or nothing
                 self.runner.store.check_fits(decision.key.subject(REPORTED), pending)
+            event = msgspec.structs.replace(decision.event, registered=True) if registered else decision.event
             # the facet's last sequence: the resource's version, or its deletion when re-created
-            stored = await self.runner.store.append(subject, decision.event, expected_seq=self.runner.seen.get(subject, 0))
+            stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
         except EventTooLarge as exc:
             return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
         self.runner.fold(stored)

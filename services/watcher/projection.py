@@ -22,6 +22,7 @@ from typing import Any
 from contracts.cluster import ApisDiscovered, ObjectObserved
 from contracts.events import Envelope, ResourceDeleted
 from contracts.kinds import KINDS, kind_of_token
+from contracts.pipeline import ProviderRegistered
 from contracts.subjects import SPEC, Key, parse_subject
 from runtime.resources import Resources, ResourceState
 
@@ -34,9 +35,10 @@ def rfc3339(moment: datetime | None) -> str | None:
 
 @dataclass
 class WatcherState:
-    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     resources: Resources = field(default_factory=Resources)
+    registrations: dict[Key, ProviderRegistered] = field(default_factory=dict)  # standalone: built-in providers asked for
     probed_at: dict[str, datetime] = field(default_factory=dict)  # spec subject → last probe (a signal, not an event)
     # Kubernetes mode: what was last recorded from the cluster, so only changes are recorded again
     discovered: ApisDiscovered | None = None
@@ -47,6 +49,8 @@ class WatcherState:
         event = envelope.event
         if isinstance(event, ApisDiscovered):
             self.discovered = event
+        elif isinstance(event, ProviderRegistered):
+            self.registrations[envelope.key] = event
         elif isinstance(event, ObjectObserved):
             where = (envelope.key, event.object_kind, event.object_name)
             if event.exists or event.referenced:

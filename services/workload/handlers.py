@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 
 from contracts.admission import admit
 from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved, deleted_by_hand
 from contracts.conditions import same_decision
-from contracts.events import Decision, Envelope, ResourceApplied, StatusReported, StatusSlice
-from contracts.pipeline import WorkloadRendered
+from contracts.events import Decision, Envelope, StatusReported, StatusSlice
+from contracts.pipeline import ProviderRegistered, WorkloadRendered
 from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WATCHER, Key, kind_filter
 from runtime.kubewriter import NotServed, ResourceConflict
 from runtime.service import Effects, Service
@@ -141,10 +140,12 @@ class WorkloadService(Service):
             await effects.emit(key, observed)
 
     async def _register(self, key: Key, effects: Effects) -> None:
-        """Self-registration: our config is (re)written unless someone else has edited it since.
+        """Self-registration of a built-in provider, then its readiness report.
 
-        Standalone, the event is the config; in a cluster the config is created there (once the
-        watcher has listed what exists, so an edited one is left alone) and comes back as an event."""
+        In a cluster the config is created there (once the watcher has listed what exists, so an edited one
+        is left alone) and comes back as an event. Standalone, the watcher is the one writer of specs: this
+        service asks it (`ProviderRegistered`), and it records the config unless a user applied one (a
+        registered one that differs from ours is ours upgraded, and is asked for again)."""
         manifest = self.configs[key.name]
         verdict = admit(manifest)
         assert verdict.obj is not None, verdict.problems
@@ -158,25 +159,14 @@ class WorkloadService(Service):
                     log.warning("cannot register provider %s: %s", key.name, exc)
                 return
         else:
-            ours = stored is None or self.state.registered_by.get(key.name) == self.name
+            ours = stored is None or stored.registered
             differs = stored is None or (stored.spec, stored.labels, stored.annotations) != (
                 wire["spec"],
                 wire["metadata"].get("labels", {}),
                 wire["metadata"].get("annotations", {}),
             )
-            if ours and differs:
-                event = ResourceApplied(
-                    kind=PROVIDER_KIND,
-                    namespace="",
-                    name=key.name,
-                    generation=(stored.generation + 1) if stored else 1,
-                    spec=wire["spec"],
-                    labels=wire["metadata"].get("labels", {}),
-                    annotations=wire["metadata"].get("annotations", {}),
-                    uid=stored.uid if stored else str(uuid.uuid4()),
-                )
-                await effects.emit(key, event, facet=SPEC)
-                stored = self.state.providers.get(key.name)
+            if ours and differs:  # asked again whenever it is missing or ours and not this release's
+                await effects.emit(key, ProviderRegistered(manifest=wire))
         if stored is None:
             return
         report = StatusReported(

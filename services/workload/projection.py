@@ -53,16 +53,16 @@ class ProviderConfig:
     annotations: dict[str, str]
     uid: str
     reported: Decision | None = None  # this service's readiness report
+    registered: bool = False  # its spec was recorded for our registration (standalone), not applied by a user
 
 
 @dataclass
 class WorkloadState:
-    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     discovered: ApisDiscovered | None = None  # what the cluster serves (Kubernetes mode)
-    registered_by: dict[str, str] = field(default_factory=dict)  # provider → who wrote its current spec (a producer)
 
     def fold(self, envelope: Envelope) -> None:
         event, key = envelope.event, envelope.key
@@ -70,12 +70,16 @@ class WorkloadState:
             self.discovered = event
             return
         if key.kind == "InferenceProviderConfig":
-            if envelope.facet == SPEC:
-                self.registered_by[key.name] = envelope.producer
             if envelope.facet == SPEC and isinstance(event, ResourceApplied):
                 old = self.providers.get(key.name)
                 self.providers[key.name] = ProviderConfig(
-                    event.generation, event.spec, event.labels, event.annotations, event.uid, old.reported if old else None
+                    event.generation,
+                    event.spec,
+                    event.labels,
+                    event.annotations,
+                    event.uid,
+                    reported=old.reported if old else None,
+                    registered=event.registered,
                 )
             elif envelope.facet == SPEC and isinstance(event, ResourceDeleted):
                 self.providers.pop(key.name, None)

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from contracts.admission import admit
 from contracts.subjects import facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from tests.contracts.cases import AD, MD, changed
-from tests.support.nats import NatsEndpoint
-from tests.support.stack import Stack, running_stack
+from tests.support.stack import Stack
 
 ECHO: dict[str, Any] = {
     "apiVersion": "airdress.co/v1alpha1",
@@ -23,12 +19,6 @@ ECHO: dict[str, Any] = {
     "metadata": {"name": "echo", "labels": {"tier": "demo"}},
     "spec": {"backend": "echo", "models": [{"name": "echo"}]},
 }
-
-
-@pytest.fixture
-async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with running_stack(nats.url, tmp_path) as running:
-        yield running
 
 
 async def stored_events(stack: Stack) -> int:

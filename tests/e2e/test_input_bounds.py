@@ -9,7 +9,6 @@ client timeout bounds every answer (a bound, not a measurement): a refusal is ch
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
 from tests.contracts.cases import IPC, MD, changed
-from tests.support.nats import NatsEndpoint
 from tests.support.stack import Stack, running_stack
 from tests.support.waiting import eventually
 
@@ -33,12 +31,6 @@ ECHO: dict[str, Any] = {
     "spec": {"backend": "echo", "models": [{"name": "echo"}]},
 }
 BOUND = aiohttp.ClientTimeout(total=2)  # no refusal may take longer than this
-
-
-@pytest.fixture
-async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with running_stack(nats.url, tmp_path) as running:
-        yield running
 
 
 async def post(stack: Stack, body: bytes, content_type: str) -> tuple[int, dict[str, Any]]:

@@ -3,15 +3,12 @@ dial policy sees through IPv6 forms of refused IPv4 addresses."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.watcher import webhook
-from tests.support.nats import NatsEndpoint
-from tests.support.stack import Stack, running_stack
+from tests.support.stack import Stack
 
 
 def member(url: str) -> dict[str, Any]:
@@ -21,12 +18,6 @@ def member(url: str) -> dict[str, Any]:
         "metadata": {"name": "gpu"},
         "spec": {"backend": "vllm-openai", "url": url, "models": [{"name": "m"}]},
     }
-
-
-@pytest.fixture
-async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with running_stack(nats.url, tmp_path) as running:
-        yield running
 
 
 @pytest.mark.parametrize("url", ["http://[::1", "http://[fe80::1", "http://[fe80::1/v1", "https://[::1:8000"])

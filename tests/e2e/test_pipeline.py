@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,15 +15,8 @@ from runtime.eventstore import EventStore
 from runtime.service import Runner
 from services import pipeline
 from tests.contracts.cases import MD, changed
-from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack, running_pipeline, running_stack
+from tests.support.stack import SETTINGS, Stack, running_pipeline
 from tests.support.waiting import eventually
-
-
-@pytest.fixture
-async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with running_stack(nats.url, tmp_path) as running:
-        yield running
 
 
 @pytest.fixture
