@@ -81,7 +81,7 @@ def _up(args: argparse.Namespace) -> int:
     import os
 
     from cli import up
-    from services.gateway.router import Limits
+    from services.router.proxy import Limits
 
     try:
         limits = Limits.from_env(
@@ -184,7 +184,7 @@ def _compute_agent(args: argparse.Namespace) -> int:
 
     from runtime import logs
     from runtime.bus import connect, redacted
-    from services.gateway.computeagent import ComputeAgent
+    from services.router.computeagent import ComputeAgent
 
     async def run() -> int:
         logs.setup(args.log_level, json_lines=False)

@@ -178,8 +178,8 @@ async def replay(url: str, ref: str | None, namespace: str | None, until: str | 
 
 CANNOT_RERUN = {
     "watcher": "its inputs are requests to the apply API and what the cluster shows, not events in the stream",
-    "gateway": "it decides a member's health from live probes of the member, which the stream does not hold",
-    "gateway-api": "it reads the cluster (the InferencePool it finds there) while deciding",
+    "router": "it decides a member's health from live probes of the member, which the stream does not hold",
+    "gateway": "it reads the cluster (the InferencePool it finds there) while deciding",
 }
 
 

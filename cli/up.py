@@ -31,8 +31,8 @@ from runtime.secrets import FileSecrets
 from runtime.service import Runner
 from services import pipeline
 from services.binding.handlers import BindingService
-from services.gateway import main as gateway_main
-from services.gateway import router
+from services.router import main as router_main
+from services.router import proxy
 from services.watcher import api
 from services.watcher import main as watcher_main
 from services.workload import registry, render
@@ -60,7 +60,7 @@ class Options:
     demo: bool
     log_level: str
     log_format: str
-    router_limits: router.Limits | None = None  # None: the defaults
+    router_limits: proxy.Limits | None = None  # None: the defaults
 
 
 def say(message: str) -> None:
@@ -188,12 +188,12 @@ async def up(options: Options) -> int:
     token = load_token(directory)
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
-    gateway = gateway_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
+    router = router_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
     # the renderers' settings from this environment (KAITO's AIRUNWAY_KAITO_*), as `python -m services.workload` reads them
     provider_settings = render.settings(os.environ)
     runners: list[Runner] = [
         watcher.runner,
-        gateway.runner,
+        router.runner,
         *pipeline.build(nc, resolver=resolver, provider_settings=provider_settings),
         Runner(BindingService(), nc),
     ]
@@ -221,7 +221,7 @@ async def up(options: Options) -> int:
             return 1 if failed else 0
         try:
             api_runner, api_port = await api.serve(api.build_app(watcher.service, token), HOST, options.api_port)
-            router_server, router_port = await router.serve(gateway.routes, HOST, options.router_port, limits=options.router_limits)
+            router_server, router_port = await proxy.serve(router.routes, HOST, options.router_port, limits=options.router_limits)
         except OSError as exc:
             say(f"error: cannot listen: {exc.strerror} (choose other ports with --api-port/--router-port, or 0 for free ones)")
             return 1
@@ -258,7 +258,7 @@ async def up(options: Options) -> int:
             router_server.close()
         if api_runner is not None:
             await api_runner.cleanup()
-        gateway.routes.pool.close()
+        router.routes.pool.close()
         with contextlib.suppress(Exception):
             await nc.drain()
         if supervisor is not None:

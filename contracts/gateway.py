@@ -71,7 +71,7 @@ register(GatewayReconciled)
 
 class RoutesAdmitted(Decision, frozen=True, tag="RoutesAdmitted.v1"):
     """A Gateway's cross-namespace admission, decided once for every deployment routing through it (the
-    gateway-api service's shard of the global partition holds it): the namespaces whose HTTPRoutes its
+    gateway service's shard of the global partition holds it): the namespaces whose HTTPRoutes its
     listeners admit through Jetway's `allowedRoutes`, and `error`, why that could not be written."""
 
     namespaces: tuple[str, ...] = ()

@@ -34,9 +34,9 @@ from contracts.subjects import (
     BINDING,
     DLQ_PREFIX,
     GATEWAY,
-    GATEWAY_API,
     OBSERVED,
     REPORTED,
+    ROUTER,
     SELECTOR,
     SIGNAL_PREFIX,
     SPEC,
@@ -53,12 +53,12 @@ NAMESPACE = "jetway-system"
 USER_ENV = "JETWAY_NATS_USER"  # what a service process reads (runtime/bus.py, Credentials.from_env)
 PASSWORD_ENV = "JETWAY_NATS_PASSWORD"
 PROBE_SIGNALS = f"{SIGNAL_PREFIX}.probed"  # contracts.gateway.PROBE_SIGNALS
-COMPUTE_SIGNALS = f"{SIGNAL_PREFIX}.compute.*.*"  # services.gateway.signal.subject(agent, operation)
+COMPUTE_SIGNALS = f"{SIGNAL_PREFIX}.compute.*.*"  # services.router.signal.subject(agent, operation)
 
 # Kinds as the subjects spell them come from Key.kind_token (the kind, lower-cased).
 JETWAY_KINDS = ("ModelDeployment", "InferenceProviderConfig", "AgentDeployment", "AgentProviderConfig", "InferencePoolMember")
 PROVIDER_CONFIGS = ("InferenceProviderConfig", "AgentProviderConfig")
-OWNERS = ("ModelDeployment", "AgentDeployment")  # services.watcher.ingest.OWNER_KINDS
+OWNERS = ("ModelDeployment", "AgentDeployment")  # services.watcher.decide.ingest.OWNER_KINDS
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class ServiceUser:
 
 
 # What each service's code emits, read from it (services/*/handlers.py, services/watcher/cluster.py,
-# services/gateway/gatewayapi.py). Every `spec` is the watcher's: the workload's self-registration of the
+# services/gateway/handlers.py). Every `spec` is the watcher's: the workload's self-registration of the
 # built-in InferenceProviderConfigs goes to the API server in a cluster, and standalone it is a request on
 # the workload's own facet (ProviderRegistered) that the watcher records.
 SERVICES: tuple[ServiceUser, ...] = (
@@ -108,11 +108,12 @@ SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser("storage", ("storage",), (Writes(STORAGE, ("ModelDeployment",)),)),
     ServiceUser("workload", ("workload",), (Writes(WORKLOAD, ("ModelDeployment", "InferenceProviderConfig")),)),
     ServiceUser(
-        "gateway",
-        ("gateway", "gateway-api"),  # the router's prober and, in a cluster, the Gateway API control plane
-        (Writes(GATEWAY, ("InferencePoolMember",)), Writes(GATEWAY_API, ("ModelDeployment", "Gateway"))),  # Gateways: their admission
+        "router",
+        ("router",),  # the data plane: the OpenAI-compatible router and its prober
+        (Writes(ROUTER, ("InferencePoolMember",)),),
         publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS),  # probe times for the watcher; requests to compute agents
     ),
+    ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
 )
 

@@ -10,7 +10,7 @@ so that a partition's events are one literal-prefix filter (`jetway.evt.7.>`), w
 serves as fast as one subject.
 
 `facet` is `spec` for the desired state a user applied (the watcher writes it) or the name of
-the service that owns a decision about that resource (`selector`, `gateway`, ...). Each facet
+the service that owns a decision about that resource (`selector`, `router`, ...). Each facet
 has one writer, so JetStream's expected-last-subject-sequence guards every append: a stale
 apply gets a conflict (the `resourceVersion` 409), and two replicas of one service cannot
 both record a decision. `Key.history_filter()` is a resource's history.
@@ -36,8 +36,8 @@ OBSERVED = "observed"  # the watcher: what the cluster shows of a resource's obj
 SELECTOR = "selector"
 STORAGE = "storage"
 WORKLOAD = "workload"
-GATEWAY = "gateway"  # the router's prober: pool members' health
-GATEWAY_API = "gateway-api"  # the Gateway API control plane
+ROUTER = "router"  # the router's prober: pool members' health
+GATEWAY = "gateway"  # the Gateway API control plane: a deployment's pool and route, a Gateway's admission
 BINDING = "binding"
 NO_NAMESPACE = "_"
 # Partitions: fixed for a stream's lifetime (every subject carries one), so the count is a constant, not a

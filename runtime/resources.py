@@ -16,10 +16,10 @@ from typing import Any
 from contracts.cluster import DeletionRequested
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted, StatusCondition, Withdrawn
 from contracts.kinds import KINDS
-from contracts.subjects import BINDING, GATEWAY, SELECTOR, SPEC, STORAGE, WORKLOAD, Key
+from contracts.subjects import BINDING, ROUTER, SELECTOR, SPEC, STORAGE, WORKLOAD, Key
 
 # Whose phase wins when several owners report one (Failed from anyone wins over all).
-PHASE_OWNERS = (WORKLOAD, BINDING, GATEWAY, STORAGE, SELECTOR)
+PHASE_OWNERS = (WORKLOAD, BINDING, ROUTER, STORAGE, SELECTOR)
 PHASED_KINDS = ("ModelDeployment", "AgentDeployment", "InferencePoolMember")
 
 

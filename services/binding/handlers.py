@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from contracts.cluster import DISCOVERY, OBSERVED, deleted_by_hand
 from contracts.conditions import carried, same_decision
 from contracts.events import Envelope
-from contracts.subjects import GATEWAY_API, WATCHER, WORKLOAD, Key, kind_filter
+from contracts.subjects import GATEWAY, WATCHER, WORKLOAD, Key, kind_filter
 from runtime.desired import withdraw
 from runtime.kube import KubeError
 from runtime.kubewriter import NotServed, ResourceConflict
@@ -28,7 +28,7 @@ class BindingService(Service):
         kind_filter("AgentProviderConfig", SELF),
         kind_filter("ModelDeployment"),
         kind_filter("ModelDeployment", WORKLOAD),
-        kind_filter("ModelDeployment", GATEWAY_API),
+        kind_filter("ModelDeployment", GATEWAY),
         kind_filter("Gateway", OBSERVED),
         DISCOVERY.subject(WATCHER),
     )

@@ -11,7 +11,7 @@ from contracts.cluster import OBSERVED, ApisDiscovered, ObjectObserved
 from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted, Withdrawn
 from contracts.gatewayapi import GatewayView
 from contracts.modeldeployment import ModelDeployment
-from contracts.subjects import BINDING, GATEWAY_API, REPORTED, SPEC, WORKLOAD, Key
+from contracts.subjects import BINDING, GATEWAY, REPORTED, SPEC, WORKLOAD, Key
 from runtime import desired
 from runtime.desired import Desired
 from services.binding.decide import FrameworkView, ModelView
@@ -117,7 +117,7 @@ class BindingState:
             elif isinstance(event, ResourceDeleted):
                 self.models.pop(where, None)
         elif model is not None and isinstance(event, Decision):
-            if envelope.facet == GATEWAY_API:
+            if envelope.facet == GATEWAY:
                 gateway = event.status.fields.get("gateway")
                 model.gateway = dict(gateway) if isinstance(gateway, dict) and not isinstance(event, Withdrawn) else {}
             elif envelope.facet == WORKLOAD:

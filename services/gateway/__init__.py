@@ -1,10 +1,9 @@
-"""The gateway: InferencePoolMembers probed every tick, and the OpenAI-compatible router over them.
+"""The gateway: the Gateway API control plane, in a cluster (Gateway API Inference Extension).
 
-- `handlers.py`: the service: events in (members, its own health decisions), probes as reconciles
-- `projection.py`: what it knows: members, their last recorded health, live traffic counters
-- `decide.py`: the decisions, pure: health from a probe, which member takes a request, the token estimate
-- `probe.py`: the probe I/O (HTTP, or a compute agent over NATS)
-- `router.py`, `upstream.py`, `echo.py`, `signal.py`: the data plane
-- `computeagent.py`: `jetway compute-agent`, run beside a model server for operator-signal members
-- `main.py`: the entry point
+- `main.py`: the entry point (`python -m services.gateway`)
+- `handlers.py`: the service: a running deployment's InferencePool, endpoint picker, HTTPRoute and router
+  member written, `GatewayReady` and `status.gateway` decided; each Gateway's cross-namespace admission
+- `projection.py`: what it knows: deployments with their selection and workload, Gateways, providers, who
+  routes through which Gateway
+- `decide.py`: the decisions, pure: which Gateway, which objects, which status; the allowedRoutes patch
 """

@@ -1,106 +1,114 @@
-"""What the gateway knows: every member, its last recorded health, and live traffic state.
+"""What the Gateway API control plane knows (Kubernetes mode): deployments and the Gateways they route through.
 
-`Members` is folded from events and forgets what is deleted. `Members.traffic`
-is the one part that is not, and it stays out of the log (and out of snapshots) on purpose:
-`outstanding` counts this process's requests in flight, which another replica's router does not carry
-and a restart does not have; `failed` marks a member that failed a request since its last probe, and is
-superseded by a probe before a new process routes at all (its start-up pass probes every member and
-records health when it changed, before the router listens). What a user sees of a member (its health,
-phase, advertised models) is the recorded `MemberHealthChanged`, which a hand-over keeps.
+`routing` is which Gateway each deployment routes through, from the service's own decisions; the shard of the
+global partition folds them from every partition (`GatewayService.everywhere`), so it alone can decide each
+Gateway's cross-namespace admission for all of them (`admitted`, recorded on the Gateway).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from contracts.events import Envelope, ResourceApplied, ResourceDeleted
-from contracts.gateway import MemberHealthChanged
-from contracts.poolmember import InferencePoolMemberSpec
-from contracts.subjects import SPEC, Key
-
-# A change to any of these means the last probe no longer speaks for the member.
-CONNECTION_FIELDS = ("backend", "url", "authSecretRef", "caFileRef", "transport", "computeOperatorRef")
+from contracts.cluster import OBSERVED, ApisDiscovered, ObjectObserved
+from contracts.events import Decision, Envelope, ResourceApplied, ResourceDeleted
+from contracts.gateway import GatewayReconciled, RoutesAdmitted
+from contracts.gatewayapi import GatewayView
+from contracts.modeldeployment import ModelDeployment
+from contracts.pipeline import ProviderSelected
+from contracts.providerconfig import InferenceProviderConfigSpec
+from contracts.subjects import SELECTOR, SPEC, WORKLOAD, Key
+from runtime import desired
+from runtime.desired import Desired
+from services.gateway.decide import ROUTING
 
 
 @dataclass
-class Member:
-    key: Key
-    generation: int
-    spec: InferencePoolMemberSpec
-    health: MemberHealthChanged | None = None
-    probed_generation: int = 0  # the generation a health decision was last recorded for
-    needs_probe: bool = True  # new, re-pointed or un-drained: not routable before a fresh probe
+class RoutedDeployment(Desired[ModelDeployment]):
+    selection: ProviderSelected | None = None
+    workload: Decision | None = None  # the workload service's last decision: phase, status.endpoint
+    observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
 
     @property
-    def name(self) -> str:
-        return self.key.name
+    def running(self) -> bool:
+        return self.workload is not None and self.workload.status.phase == "Running"
 
     @property
-    def declared(self) -> tuple[str, ...]:
-        return tuple(m.name for m in self.spec.models)
+    def service_ip(self) -> str:
+        """The model Service's cluster IP, as the watcher observed it ("" unknown)."""
+        seen = self.observed.get(("Service", self.key.name))
+        return str(seen.summary.get("clusterIP") or "") if seen is not None and seen.exists else ""
 
-    def window(self, model: str) -> int | None:
-        for declared in self.spec.models:
-            if declared.name == model:
-                return declared.contextWindow or None  # 0 is "no hint"
-        return None
-
-
-@dataclass
-class Traffic:
-    """Live, per-process state: not a fact, never an event (see the module's docstring)."""
-
-    outstanding: int = 0
-    failed: bool = False  # failed mid-request; cleared by the next successful probe
+    @property
+    def endpoint(self) -> dict[str, Any] | None:
+        found = self.workload.status.fields.get("endpoint") if self.workload else None
+        return found if isinstance(found, dict) else None
 
 
 @dataclass
-class Members:
-    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
-    snapshot_skip = ("traffic",)  # live, per process: a restart starts with no request in flight
+class GatewayState:
+    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
 
-    items: dict[Key, Member] = field(default_factory=dict)
-    traffic: dict[Key, Traffic] = field(default_factory=dict)
-    by_model: dict[str, set[Key]] = field(default_factory=dict)
+    deployments: dict[Key, RoutedDeployment] = field(default_factory=dict)
+    providers: dict[str, InferenceProviderConfigSpec] = field(default_factory=dict)
+    gateways: dict[str, GatewayView] = field(default_factory=dict)  # "namespace/name" → what the watcher saw
+    discovered: ApisDiscovered | None = None
+    routing: dict[Key, str] = field(default_factory=dict)  # deployment → "namespace/name" of the Gateway it routes through
+    admitted: dict[str, RoutesAdmitted] = field(default_factory=dict)  # Gateway → its admission, as last decided
 
-    def _index(self) -> None:
-        index: dict[str, set[Key]] = {}
-        for key, member in self.items.items():
-            for model in member.declared:
-                index.setdefault(model, set()).add(key)
-        self.by_model = index
+    def routed_through(self, gateway: str) -> list[Key]:
+        return [key for key, ref in self.routing.items() if ref == gateway]
 
-    def fold(self, envelope: Envelope) -> None:
+    def apis(self) -> bool:
+        found = self.discovered
+        return found is not None and found.serves_inference_gateway()
+
+    @staticmethod
+    def routes_to(d: RoutedDeployment, gateway: str) -> bool:
+        """Whether the deployment's HTTPRoute attaches to `gateway` now."""
+        last = d.last
+        return (
+            isinstance(last, GatewayReconciled)
+            and last.gateway == gateway
+            and last.reason == "GatewayConfigured"
+            and not d.deleting
+            and d.applied is not None
+        )
+
+    def fold(self, envelope: Envelope, owner: str) -> None:
         event, key = envelope.event, envelope.key
-        if envelope.facet == SPEC:
-            if isinstance(event, ResourceApplied):
-                spec = InferencePoolMemberSpec.model_validate(event.spec)
-                old = self.items.get(key)
-                member = Member(key, event.generation, spec)
-                if old is not None:
-                    member.health, member.probed_generation = old.health, old.probed_generation
-                    repointed = any(getattr(old.spec, f) != getattr(spec, f) for f in CONNECTION_FIELDS)
-                    undrained = old.spec.draining and not spec.draining
-                    member.needs_probe = old.needs_probe or repointed or undrained
-                self.items[key] = member
-                self.traffic.setdefault(key, Traffic())
-            elif isinstance(event, ResourceDeleted):
-                self.items.pop(key, None)
-                self.traffic.pop(key, None)  # a request still in flight holds its own reference
-            self._index()
-        elif isinstance(event, MemberHealthChanged):
-            probed = self.items.get(key)
-            if probed is not None and event.generation >= probed.probed_generation:
-                probed.health = event
-                probed.probed_generation = event.generation
-                if event.generation == probed.generation:
-                    probed.needs_probe = False
-
-    def traffic_of(self, key: Key) -> Traffic:
-        """A member's traffic; for a member no longer known, a counter that is not kept."""
-        found = self.traffic.get(key)
-        if found is None:
-            found = Traffic()
-            if key in self.items:
-                self.traffic[key] = found
-        return found
+        if isinstance(event, ApisDiscovered):
+            self.discovered = event
+            return
+        if key.kind == "Gateway":
+            ref = f"{key.namespace}/{key.name}"
+            if isinstance(event, ObjectObserved) and event.exists:
+                self.gateways[ref] = GatewayView.of(key.namespace, key.name, event.summary)
+            elif isinstance(event, ObjectObserved):
+                self.gateways.pop(ref, None)
+                self.admitted.pop(ref, None)
+            elif envelope.facet == owner and isinstance(event, RoutesAdmitted):
+                self.admitted[ref] = event
+            return
+        if key.kind == "ModelDeployment" and envelope.facet == owner and isinstance(event, Decision):
+            if isinstance(event, GatewayReconciled) and event.gateway and event.reason in ROUTING:
+                self.routing[key] = event.gateway
+            else:
+                self.routing.pop(key, None)
+        if key.kind == "InferenceProviderConfig":
+            if envelope.facet == SPEC and isinstance(event, ResourceApplied):
+                self.providers[key.name] = InferenceProviderConfigSpec.model_validate(event.spec)
+            elif envelope.facet == SPEC and isinstance(event, ResourceDeleted):
+                self.providers.pop(key.name, None)
+            return
+        if key.kind != "ModelDeployment" or desired.fold(self.deployments, envelope, owner, RoutedDeployment, ModelDeployment):
+            return
+        deployment = self.deployments.get(key)
+        if deployment is None:
+            return
+        if envelope.facet == SELECTOR and isinstance(event, ProviderSelected):
+            deployment.selection = event
+        elif envelope.facet == WORKLOAD and isinstance(event, Decision):
+            deployment.workload = event
+        elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
+            deployment.observed[(event.object_kind, event.object_name)] = event

@@ -42,7 +42,7 @@ from contracts.objects import MANAGED_SELECTOR
 from contracts.subjects import BINDING, REPORTED, SPEC, WATCHER, WORKLOAD, Key
 from runtime.kube import EventTooLarge, Gone, Kube, KubeError, NotFound
 from runtime.resources import condition_dict
-from services.watcher import ingest, status
+from services.watcher.decide import ingest, status
 from services.watcher.projection import WatcherState
 
 log = logging.getLogger("jetway.watcher.cluster")

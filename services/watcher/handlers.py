@@ -31,9 +31,9 @@ from runtime.eventstore import Conflict, EventTooLarge
 from runtime.leases import Leases
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
-from services.watcher.apply import Plan, Stale, key_of, plan, policy
 from services.watcher.cluster import ClusterSync
-from services.watcher.ingest import typed
+from services.watcher.decide.apply import Plan, Stale, key_of, plan, policy
+from services.watcher.decide.ingest import typed
 from services.watcher.projection import WatcherState
 
 log = logging.getLogger("jetway.watcher")

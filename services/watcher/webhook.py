@@ -24,7 +24,7 @@ from contracts.modeldeployment import ModelDeployment
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider
 from runtime.kube import Kube, KubeError, NotFound
-from services.watcher.apply import policy
+from services.watcher.decide.apply import policy
 
 if TYPE_CHECKING:
     from services.watcher.handlers import WatcherService

@@ -30,7 +30,7 @@ async def fill(url: str) -> None:
         MD.subject(), ResourceApplied(kind=MD.kind, namespace="team", name=MD.name, generation=1, spec={"model": {"id": "q"}})
     )  # 2
     healthy = StatusSlice(phase="Healthy", conditions=(StatusCondition(type="Healthy", status="True", reason="ProbeSucceeded"),))
-    await EventStore(nc, producer="gateway").append(GPU.subject("gateway"), StatusReported(generation=1, status=healthy))  # 3
+    await EventStore(nc, producer="router").append(GPU.subject("router"), StatusReported(generation=1, status=healthy))  # 3
     await store.append(
         GPU.subject(), ResourceApplied(kind=GPU.kind, namespace="", name=GPU.name, generation=2, spec={"backend": "echo", "draining": True})
     )  # 4
@@ -45,7 +45,7 @@ def test_events_lists_history_filtered_by_resource_and_sequence(nats: NatsEndpoi
     lines = everything.stdout.splitlines()
     assert lines[0].split()[:3] == ["SEQ", "TIME", "TYPE"]
     assert [line.split()[0] for line in lines[1:]] == ["1", "2", "3", "4", "5"]
-    assert "InferencePoolMember/gpu-a [gateway by gateway]" in lines[3] and "phase Healthy; Healthy=True (ProbeSucceeded)" in lines[3]
+    assert "InferencePoolMember/gpu-a [router by router]" in lines[3] and "phase Healthy; Healthy=True (ProbeSucceeded)" in lines[3]
 
     one = run_jetway("events", "ipm/gpu-a", "--nats", nats.url).stdout.splitlines()
     assert [line.split()[0] for line in one[1:]] == ["1", "3", "4"]
@@ -56,7 +56,7 @@ def test_events_lists_history_filtered_by_resource_and_sequence(nats: NatsEndpoi
 
     as_json = [json.loads(line) for line in run_jetway("events", "ipm/gpu-a", "-o", "json", "--nats", nats.url).stdout.splitlines()]
     assert [e["seq"] for e in as_json] == [1, 3, 4]
-    assert as_json[1]["event"]["status"]["phase"] == "Healthy" and as_json[1]["producer"] == "gateway"
+    assert as_json[1]["event"]["status"]["phase"] == "Healthy" and as_json[1]["producer"] == "router"
 
 
 def test_replay_shows_what_jetway_believed_at_a_point(nats: NatsEndpoint) -> None:

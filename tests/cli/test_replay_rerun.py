@@ -1,6 +1,6 @@
 """`jetway replay --rerun SERVICE`: the recorded inputs fed to the installed decision functions, against a real stream.
 
-The history is recorded once for the module by the real services (watcher, gateway, selector, storage and
+The history is recorded once for the module by the real services (watcher, router, selector, storage and
 workload on real NATS, through the apply API); each test reads it and writes nothing.
 """
 
@@ -89,7 +89,7 @@ async def _record(url: str, directory: Path) -> Recorded:
             return any(c["type"] == "ModelBound" for c in agent["status"].get("conditions", []))
 
         await eventually(rendered, timeout=30, message="both deployments rendered")
-        runners = [*pipeline, binding, stack.watcher.runner, stack.gateway.runner]
+        runners = [*pipeline, binding, stack.watcher.runner, stack.router.runner]
         await eventually(lambda: quiet(binding.nc, runners), timeout=30, message="every service caught up")
     nc = await connect(url, name="read")
     try:
@@ -170,11 +170,10 @@ def test_an_unknown_or_online_only_service_is_a_clear_error(recorded: Recorded) 
     unknown = run_jetway("replay", "--rerun", "selectr", "--nats", recorded.url)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert unknown.stderr.strip() == (
-        "error: unknown service 'selectr' (these can be rerun: selector, storage, workload, binding; "
-        "not offline: watcher, gateway, gateway-api)"
+        "error: unknown service 'selectr' (these can be rerun: selector, storage, workload, binding; not offline: watcher, router, gateway)"
     )
-    online = run_jetway("replay", "--rerun", "gateway", "--nats", "nats://127.0.0.1:1")  # refused before connecting
-    assert online.returncode == 2 and online.stderr.startswith("error: gateway cannot be rerun offline: it decides a member's health")
+    online = run_jetway("replay", "--rerun", "router", "--nats", "nats://127.0.0.1:1")  # refused before connecting
+    assert online.returncode == 2 and online.stderr.startswith("error: router cannot be rerun offline: it decides a member's health")
     assert main(["replay", "--rerun", "watcher", "--nats", recorded.url]) == 2
 
 

@@ -26,7 +26,7 @@ from contracts.providerconfig import InferenceProviderConfigSpec
 from contracts.subjects import Key
 from runtime.natsserver import nats_server_binary
 from services.binding import render as agent_render
-from services.gateway import control
+from services.gateway import decide
 from services.selector.decide import Provider
 from services.watcher.webhook import build_app
 from services.workload.providers import builtin_configs
@@ -66,7 +66,7 @@ def test_every_object_passes_kubernetes_validate(folder: str) -> None:
 
 def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[dict[str, Any]]) -> None:
     deployments = of_kind(objects, "Deployment")
-    assert set(deployments) == {f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway", "binding")}
+    assert set(deployments) == {f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway", "router", "binding")}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
@@ -80,7 +80,12 @@ def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[d
         assert pod["serviceAccountName"] == name
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["JETWAY_MODE"] == "cluster" and env["JETWAY_NATS_URL"] == "nats://jetway-nats:4222"
-    assert not deployments["jetway-selector"]["spec"]["template"]["spec"]["automountServiceAccountToken"]  # NATS only
+    for nats_only in ("jetway-selector", "jetway-router"):  # no Kubernetes API: no token in the pod
+        assert not deployments[nats_only]["spec"]["template"]["spec"]["automountServiceAccountToken"], nats_only
+    # the internet-facing router: its own ServiceAccount, members' credentials from a mounted Secret only
+    router = deployments["jetway-router"]["spec"]["template"]["spec"]
+    assert {v["secret"]["secretName"] for v in router["volumes"] if "secret" in v} == {"jetway-member-secrets"}
+    assert "member-secrets" not in str(deployments["jetway-gateway"])
 
 
 def test_nats_keeps_its_events_on_a_volume_and_syncs_every_write(objects: list[dict[str, Any]]) -> None:
@@ -169,7 +174,7 @@ def gateway_objects() -> list[dict[str, Any]]:
     verdict = admit(changed(MD, {"spec.provider": {"name": "vllm"}}))
     assert isinstance(verdict.obj, ModelDeployment)
     key = Key("ModelDeployment", "default", "qwen")
-    inputs = control.Inputs(
+    inputs = decide.Inputs(
         key,
         "uid-1",
         1,
@@ -181,9 +186,9 @@ def gateway_objects() -> list[dict[str, Any]]:
         True,
         [GatewayView("default", "gw", listeners=({"name": "http", "port": 80, "protocol": "HTTP"},))],
     )
-    plan = control.plan(inputs)
+    plan = decide.plan(inputs)
     assert plan is not None
-    return [*plan.objects(), control.reference_grant(inputs, ("pools", "qwen-pool"))]
+    return [*plan.objects(), decide.reference_grant(inputs, ("pools", "qwen-pool"))]
 
 
 def agent_objects() -> list[dict[str, Any]]:
@@ -247,6 +252,7 @@ def test_rbac_grants_each_service_what_its_code_writes_and_no_wildcards(objects:
         assert _allows(watcher, info.group, f"{info.plural}/status", "patch")
     assert not _allows(watcher, "apps", "deployments", "patch")  # reads workloads, never writes them
     assert _rules(objects, "jetway-selector") == []
+    assert _rules(objects, "jetway-router") == []  # the data plane may create, delete or read nothing in the cluster
 
 
 def test_the_webhook_configurations_cover_every_kind_and_reach_the_server(objects: list[dict[str, Any]]) -> None:
@@ -387,8 +393,9 @@ def test_the_tiltfile_loads_and_covers_the_whole_stack() -> None:
     assert images == set(tilt.images)  # Tilt substitutes what it builds into every service
     workloads = {o["metadata"]["name"] for o in tilt.objects if o["kind"] in ("Deployment", "StatefulSet")}
     assert workloads <= set(tilt.resources)
-    assert "8080:8080" in tilt.resources["jetway-gateway"]["forwards"] and "4222:4222" in tilt.resources["jetway-nats"]["forwards"]
-    assert {label for r in tilt.resources.values() for label in r["labels"]} >= {"watcher", "selector", "storage", "workload", "gateway"}
+    assert "8080:8080" in tilt.resources["jetway-router"]["forwards"] and "4222:4222" in tilt.resources["jetway-nats"]["forwards"]
+    labels = {label for r in tilt.resources.values() for label in r["labels"]}
+    assert labels >= {"watcher", "selector", "storage", "workload", "gateway", "router"}
     others = {f"{o['metadata']['name']}:{o['kind'].lower()}" for o in tilt.objects if o["kind"] not in ("Deployment", "StatefulSet")}
     loose = others - tilt.claimed - {"jetway-nats:service", "jetway-nats-headless:service"}  # Tilt attaches a workload's Services itself
     assert not loose, f"objects no resource groups: {sorted(loose)}"

@@ -16,7 +16,7 @@ import pytest
 from cli.config import ClientConfig
 from runtime.bus import connect
 from runtime.eventstore import EventStore
-from services.gateway.computeagent import ComputeAgent
+from services.router.computeagent import ComputeAgent
 from tests.support.cli import run_jetway
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI

@@ -15,13 +15,13 @@ import aiohttp
 from contracts.conditions import same_decision
 from contracts.events import Envelope
 from contracts.gateway import MemberHealthChanged
-from contracts.subjects import ALL_PARTITIONS, GATEWAY, Key, kind_filter
+from contracts.subjects import ALL_PARTITIONS, ROUTER, Key, kind_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.leases import LeaseSettings
 from runtime.secrets import FileSecrets
-from services.gateway import main as gateway_main
-from services.gateway import router
+from services.router import main as router_main
+from services.router import proxy
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, running_stack
 from tests.support.waiting import eventually
@@ -39,22 +39,22 @@ def echo(name: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def router_replica(url: str, name: str, directory: Path) -> AsyncIterator[tuple[gateway_main.Gateway, str, Any]]:
+async def router_replica(url: str, name: str, directory: Path) -> AsyncIterator[tuple[router_main.Router, str, Any]]:
     nc = await connect(url, name=name)
-    gateway = gateway_main.build(
+    router = router_main.build(
         nc, FileSecrets(directory / "secrets"), probe_interval=0.5, settings=SETTINGS, leases=LeaseSettings(TTL), replica=name
     )
-    task = asyncio.create_task(gateway.runner.run())
-    server, port = await router.serve(gateway.routes, "127.0.0.1", 0)
+    task = asyncio.create_task(router.runner.run())
+    server, port = await proxy.serve(router.routes, "127.0.0.1", 0)
     try:
-        await asyncio.wait_for(gateway.runner.ready.wait(), 20)
-        yield gateway, f"http://127.0.0.1:{port}/v1", (nc, task)
+        await asyncio.wait_for(router.runner.ready.wait(), 20)
+        yield router, f"http://127.0.0.1:{port}/v1", (nc, task)
     finally:
         server.close()
-        gateway.runner.stop()
+        router.runner.stop()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(task, 20)
-        gateway.routes.pool.close()
+        router.routes.pool.close()
         await nc.close()
 
 
@@ -68,7 +68,7 @@ async def chat(base: str, model: str) -> int:
 async def health_records(url: str) -> dict[str, list[MemberHealthChanged]]:
     nc = await connect(url, name="observer")
     try:
-        items = await EventStore(nc, producer="test").read(kind_filter("InferencePoolMember", GATEWAY))
+        items = await EventStore(nc, producer="test").read(kind_filter("InferencePoolMember", ROUTER))
     finally:
         await nc.close()
     found: dict[str, list[MemberHealthChanged]] = {}
@@ -81,7 +81,7 @@ async def health_records(url: str) -> dict[str, list[MemberHealthChanged]]:
 async def test_router_replicas_share_the_probing_and_one_takes_over_when_the_other_dies(nats: NatsEndpoint, tmp_path: Path) -> None:
     # the stack's own router is not part of this: its service would probe every member as a third, lease-less one
     async with running_stack(nats.url, tmp_path, probe_interval=3600.0) as stack:
-        stack.gateway.runner.stop()
+        stack.router.runner.stop()
         async with (
             router_replica(nats.url, "a", tmp_path) as (a, a_url, (a_nc, a_task)),
             router_replica(nats.url, "b", tmp_path) as (

@@ -34,7 +34,7 @@ async def test_an_agent_bound_to_a_deployment_gets_answers_through_jetways_route
     # the model's pods: an OpenAI-compatible server on the port the rendered Service targets, on a loopback address of its own
     pod_ip = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
     upstream = await FakeOpenAI(name="qwen-pod", models=[MODEL], host=pod_ip, port=8000).start()
-    services = ("watcher", "selector", "storage", "workload", "gateway-api", "binding", "router")
+    services = ("watcher", "selector", "storage", "workload", "gateway", "binding", "router")
     try:
         async with running_controller(nats.url, cluster, services=services, secrets=tmp_path) as controller:
             router_url = await controller.serve_router()

@@ -81,8 +81,8 @@ async def forbid(cluster: Cluster, controller: Controller, resource: str, verb: 
         kind = {"inferencepools": "InferencePool", "httproutes": "HTTPRoute", "gateways": "Gateway"}[resource]
         cluster.emulator.forbidden.add((verb.upper(), kind))
         return
-    controller.identities["gateway-api"] = await cluster.identity("jetway-gateway", gateway_rules_without(resource, verb))
-    await controller.restart("gateway-api")
+    controller.identities["gateway"] = await cluster.identity("jetway-gateway", gateway_rules_without(resource, verb))
+    await controller.restart("gateway")
 
 
 async def gateway_ready(cluster: Cluster, reason: str, name: str = "qwen") -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from tests.support.cluster import Cluster
 from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
-SERVICES = ("watcher", "selector", "storage", "workload", "gateway", "binding")
+SERVICES = ("watcher", "selector", "storage", "workload", "gateway", "router", "binding")
 
 
 def kubeconfig(path: Path, server: str) -> Path:

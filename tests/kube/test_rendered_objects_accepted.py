@@ -3,7 +3,7 @@
 The manifests (the rendering cases built on tests/contracts/cases, the examples, the CRD
 reference's examples) go through the code the services and `jetway render` use: selection,
 storage plan and provider rendering (`cli.render.objects_for`), the gateway control plane
-(`services.gateway.control`) and the agent binding (`services.binding`). Each rendered object is
+(`services.gateway.decide`) and the agent binding (`services.binding`). Each rendered object is
 its own test case: it is sent to the server with `dryRun=All` and `fieldValidation=Strict`, as a
 create and as a server-side apply (how the services write), so an unknown or misplaced field, a
 value the schema or its CEL rules refuse, or any warning fails the case with the server's words.
@@ -50,7 +50,7 @@ from contracts.subjects import Key
 from runtime.kube import APPLY, Kube, KubeError
 from services.binding import decide as binding
 from services.binding import render as agents
-from services.gateway import control
+from services.gateway import decide
 from services.selector import decide as selection
 from services.storage import decide as storage
 from services.workload import render as workload
@@ -204,8 +204,8 @@ def rendered_gateway(
         endpoint = workload.endpoint(chosen.provider, Inputs(key, UID, md, chosen.engine, plan, True))
         engine = next(p for p in PROVIDERS if p.name == chosen.provider).engine(chosen.engine)
         found = capability(namespace) if capability else (engine.gateway if engine else None)
-        inputs = control.Inputs(key, UID, 1, md, True, endpoint, SERVICE_IP, found, True, [_gateway(namespace)])
-        decided = control.plan(inputs)
+        inputs = decide.Inputs(key, UID, 1, md, True, endpoint, SERVICE_IP, found, True, [_gateway(namespace)])
+        decided = decide.plan(inputs)
         assert decided is not None and decided.decision.reason == "GatewayConfigured", decided
         return [o for o in decided.objects() if kinds is None or o["kind"] in kinds]
 
@@ -435,7 +435,7 @@ async def test_the_server_accepts_the_gateway_allowed_routes_patch(cluster: Clus
         {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "m.example.com"},
     ]
     gateway = {
-        "apiVersion": control.ROUTE_API,
+        "apiVersion": decide.ROUTE_API,
         "kind": "Gateway",
         "metadata": {"name": "inference-gateway", "namespace": cluster.namespace},
         "spec": {"gatewayClassName": "example", "listeners": listeners},
@@ -443,7 +443,7 @@ async def test_the_server_accepts_the_gateway_allowed_routes_patch(cluster: Clus
     await cluster.kube.create(gateway)
     view = GatewayView(cluster.namespace, "inference-gateway", 1, {}, tuple(listeners))
     for namespaces in ({cluster.namespace, "tenant-a", "tenant-b"}, {cluster.namespace}):  # admitting others, then taking it back
-        patch = control.allowed_routes(view, namespaces)
+        patch = decide.allowed_routes(view, namespaces)
         try:
             warnings = await submit_patch(cluster.kube, patch)
         except KubeError as refused:
@@ -453,7 +453,7 @@ async def test_the_server_accepts_the_gateway_allowed_routes_patch(cluster: Clus
 
 async def submit_patch(kube: Kube, patch: dict[str, Any]) -> list[str]:
     resource = await kube.served(patch["apiVersion"], patch["kind"])
-    query = [*DRY_RUN, ("fieldManager", "jetway-gateway-api"), ("force", "true")]
+    query = [*DRY_RUN, ("fieldManager", "jetway-gateway"), ("force", "true")]
     path = resource.path(patch["metadata"]["namespace"], patch["metadata"]["name"])
     await kube.request("PATCH", path, query=query, body=patch, content_type=APPLY)
     return _warnings(kube)

@@ -23,7 +23,7 @@ from tests.support.nats import NatsEndpoint
 from tests.support.waiting import eventually
 
 TTL = 4.0
-WITHOUT_WATCHER = ("selector", "storage", "workload", "gateway-api", "binding")
+WITHOUT_WATCHER = ("selector", "storage", "workload", "gateway", "binding")
 
 
 @pytest.fixture

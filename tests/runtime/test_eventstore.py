@@ -47,7 +47,7 @@ async def test_stale_writer_gets_a_conflict_and_stores_nothing(store: EventStore
 async def test_expected_sequence_guards_each_facet_separately(store: EventStore) -> None:
     await store.append(MEMBER.subject(), applied(MEMBER), expected_seq=0)
     # another facet of the same resource starts at 0: a service's decisions never conflict with applies
-    decision = await store.append(MEMBER.subject("gateway"), StatusReported(generation=1), expected_seq=0)
+    decision = await store.append(MEMBER.subject("router"), StatusReported(generation=1), expected_seq=0)
     assert decision.seq == 2
     await store.append(MEMBER.subject(), applied(MEMBER, 2), expected_seq=1)
 
@@ -104,12 +104,12 @@ async def test_history_holds_every_facet_of_one_resource_in_order(store: EventSt
     other = Key("InferencePoolMember", "", "gpu-b")
     await store.append(MEMBER.subject(), applied(MEMBER))
     await store.append(other.subject(), applied(other))
-    await store.append(MEMBER.subject("gateway"), StatusReported(generation=1, status=StatusSlice(phase="Healthy")))
+    await store.append(MEMBER.subject("router"), StatusReported(generation=1, status=StatusSlice(phase="Healthy")))
     await store.append(MEMBER.subject(), ResourceDeleted(kind=MEMBER.kind, namespace="", name=MEMBER.name))
     history = await store.history(MEMBER)
     assert [(i.facet, i.type) for i in history] == [  # type: ignore[union-attr]
         ("spec", "ResourceApplied.v1"),
-        ("gateway", "StatusReported.v1"),
+        ("router", "StatusReported.v1"),
         ("spec", "ResourceDeleted.v1"),
     ]
 

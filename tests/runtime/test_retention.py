@@ -9,7 +9,7 @@ import pytest
 from nats.aio.client import Client
 
 from contracts.events import StatusCondition, StatusReported, StatusSlice, encode, new_envelope
-from contracts.subjects import GATEWAY, Key
+from contracts.subjects import ROUTER, Key
 from runtime.bus import EVENTS_STREAM, HISTORY_ENV, HISTORY_PER_FACET, StreamSettings, ensure_streams
 from runtime.eventstore import EventStore
 
@@ -38,10 +38,10 @@ async def test_ensure_streams_applies_new_retention_to_an_existing_stream(client
     js = client.jetstream()
     await ensure_streams(js, StreamSettings(history_per_facet=-1))  # as an older Jetway made it: everything kept
     assert (await js.stream_info(EVENTS_STREAM)).config.max_msgs_per_subject == -1
-    store = EventStore(client, producer="gateway")
+    store = EventStore(client, producer="router")
     seq = 0
     for n in range(10):
-        seq = (await store.append(MEMBER.subject(GATEWAY), flip(1, n % 2 == 0), expected_seq=seq)).seq or 0
+        seq = (await store.append(MEMBER.subject(ROUTER), flip(1, n % 2 == 0), expected_seq=seq)).seq or 0
     await ensure_streams(js, StreamSettings(history_per_facet=3))
     info = await js.stream_info(EVENTS_STREAM)
     assert info.config.max_msgs_per_subject == 3
@@ -55,18 +55,18 @@ async def test_ensure_streams_applies_new_retention_to_an_existing_stream(client
 async def test_only_the_latest_n_events_of_each_facet_remain_and_the_latest_always(client: Client) -> None:
     js = client.jetstream()
     await ensure_streams(js, StreamSettings(history_per_facet=4))
-    store = EventStore(client, producer="gateway")
+    store = EventStore(client, producer="router")
     members = [Key("InferencePoolMember", "", f"gpu-{i}") for i in range(5)]
     last: dict[Key, int] = {m: 0 for m in members}
     for n in range(1, 11):
         for member in members[: n % 5 + 1]:  # facets with 2 to 10 events each
-            last[member] = (await store.append(member.subject(GATEWAY), flip(1, n % 2 == 0), expected_seq=last[member])).seq or 0
+            last[member] = (await store.append(member.subject(ROUTER), flip(1, n % 2 == 0), expected_seq=last[member])).seq or 0
     for member in members:
         history = await store.history(member)
         assert 1 <= len(history) <= 4
         assert history[-1].seq == last[member]  # the latest is always kept
     # appends keep working on a trimmed facet: the expected sequence is the facet's last, which is kept
-    await store.append(members[0].subject(GATEWAY), flip(2, True), expected_seq=last[members[0]])
+    await store.append(members[0].subject(ROUTER), flip(2, True), expected_seq=last[members[0]])
 
 
 async def test_a_year_of_probe_flips_on_1000_members_stays_bounded(client: Client) -> None:
@@ -80,9 +80,9 @@ async def test_a_year_of_probe_flips_on_1000_members_stays_bounded(client: Clien
     await ensure_streams(js, StreamSettings(history_per_facet=per_facet))
     started = time.monotonic()
     payloads = [
-        encode(new_envelope(Key("InferencePoolMember", "", "m").subject(GATEWAY), flip(1, h), producer="gateway")) for h in (True, False)
+        encode(new_envelope(Key("InferencePoolMember", "", "m").subject(ROUTER), flip(1, h), producer="router")) for h in (True, False)
     ]
-    subjects = [Key("InferencePoolMember", "", f"member-{m:04d}").subject(GATEWAY) for m in range(members)]
+    subjects = [Key("InferencePoolMember", "", f"member-{m:04d}").subject(ROUTER) for m in range(members)]
     for n in range(flips):  # core publishes, no acks awaited: the test measures what is kept, not the append path
         payload = payloads[n % 2]
         for subject in subjects:

@@ -28,11 +28,11 @@ from runtime.service import Runner, RunnerSettings, Service
 from runtime.snapshots import BUCKET_PREFIX, Codec, SnapshotSettings, SnapshotStore
 from services import pipeline
 from services.binding.handlers import BindingService
-from services.gateway.gatewayapi import GatewayApiService
 from services.gateway.handlers import GatewayService
-from services.gateway.probe import Prober
-from services.gateway.signal import SignalClient
-from services.gateway.upstream import UpstreamPool
+from services.router.handlers import RouterService
+from services.router.probe import Prober
+from services.router.signal import SignalClient
+from services.router.upstream import UpstreamPool
 from services.selector.handlers import SelectorService
 from services.selector.projection import SelectorState
 from services.storage.handlers import StorageService
@@ -46,7 +46,7 @@ from tests.support.waiting import eventually
 OFTEN = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(every_events=3, every_seconds=3600.0))
 NEVER = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(enabled=False))
 SECRET = b"sk-live-0123456789abcdef-never-in-a-snapshot"
-RUNNERS = ("watcher", "selector", "storage", "workload", "gateway", "gateway-api", "binding")
+RUNNERS = ("watcher", "selector", "storage", "workload", "router", "gateway", "binding")
 
 
 def fresh(name: str, nc: Client, secrets: FileSecrets) -> Service:
@@ -56,9 +56,9 @@ def fresh(name: str, nc: Client, secrets: FileSecrets) -> Service:
         "selector": SelectorService,
         "storage": StorageService,
         "workload": WorkloadService,
-        "gateway": lambda: GatewayService(Prober(pool=UpstreamPool(), secrets=secrets, signal=SignalClient(nc))),
+        "router": lambda: RouterService(Prober(pool=UpstreamPool(), secrets=secrets, signal=SignalClient(nc))),
         # its client is never used by a rebuild: no API server needed to fold the stream
-        "gateway-api": lambda: GatewayApiService(Kube.at("https://127.0.0.1:9")),
+        "gateway": lambda: GatewayService(Kube.at("https://127.0.0.1:9")),
         "binding": BindingService,
     }
     return makers[name]()
@@ -70,7 +70,7 @@ def comparable(service: Service) -> Any:
     and the stream's stored-at times, which a live runner does not know of the decisions it appends and folds
     at once (it uses the producer's time until a replay; docs/event-store.md, "Snapshots")."""
     projection = service.projection()
-    if isinstance(service, GatewayService):
+    if isinstance(service, RouterService):
         return dataclasses.replace(projection, traffic={})
     if isinstance(service, WatcherService):
         resources = Resources(
@@ -103,7 +103,7 @@ async def test_every_service_rebuilds_from_its_snapshot_and_the_tail_what_a_full
         stack.secrets.set("gpu-a-token", SECRET)
         live = [
             stack.watcher.runner,
-            stack.gateway.runner,
+            stack.router.runner,
             *pipeline.build(client, settings=OFTEN),
             Runner(BindingService(), client, OFTEN),
         ]
@@ -143,8 +143,8 @@ async def test_every_service_rebuilds_from_its_snapshot_and_the_tail_what_a_full
             for runner in live[2:]:
                 runner.stop()
             await asyncio.gather(*tasks, return_exceptions=True)
-    # gateway-api runs only in a cluster: its snapshot is taken from a rebuild, as a fresh process would
-    api = await rebuilt("gateway-api", client, secrets, OFTEN)
+    # the gateway runs only in a cluster: its snapshot is taken from a rebuild, as a fresh process would
+    api = await rebuilt("gateway", client, secrets, OFTEN)
     writing = api.snapshot_now()
     assert writing is not None
     await writing

@@ -14,7 +14,7 @@ from contracts.modeldeployment import ModelDeployment
 from contracts.providerconfig import EngineGateway
 from contracts.subjects import Key
 from services.binding import decide
-from services.gateway import control
+from services.gateway import decide as control_plane
 from tests.contracts.cases import MD, changed
 
 READY = {t: {"status": "True", "observedGeneration": 1} for t in ("Accepted", "ResolvedRefs", "Programmed")}
@@ -76,13 +76,13 @@ def test_listener_selection_and_urls() -> None:
 
 
 def test_the_model_name_for_routing() -> None:
-    assert control.model_name(md(), None) == "Qwen/Qwen3-0.6B"
-    assert control.model_name(md(**{"spec.model.servedName": "small"}), None) == "small"
-    assert control.model_name(md(**{"spec.model.servedName": "small"}), EngineGateway(ignoresServedName=True)) == "Qwen/Qwen3-0.6B"
-    assert control.model_name(md(**{"spec.model.servedName": "small", "spec.gateway": {"modelName": "route-me"}}), None) == "route-me"
+    assert control_plane.model_name(md(), None) == "Qwen/Qwen3-0.6B"
+    assert control_plane.model_name(md(**{"spec.model.servedName": "small"}), None) == "small"
+    assert control_plane.model_name(md(**{"spec.model.servedName": "small"}), EngineGateway(ignoresServedName=True)) == "Qwen/Qwen3-0.6B"
+    assert control_plane.model_name(md(**{"spec.model.servedName": "small", "spec.gateway": {"modelName": "route-me"}}), None) == "route-me"
 
 
-def inputs(deployment: ModelDeployment, **overrides: Any) -> control.Inputs:
+def inputs(deployment: ModelDeployment, **overrides: Any) -> control_plane.Inputs:
     base: dict[str, Any] = {
         "key": Key("ModelDeployment", "default", "qwen"),
         "uid": "u",
@@ -95,23 +95,23 @@ def inputs(deployment: ModelDeployment, **overrides: Any) -> control.Inputs:
         "apis": True,
         "gateways": [gateway()],
     }
-    return control.Inputs(**{**base, **overrides})
+    return control_plane.Inputs(**{**base, **overrides})
 
 
 def test_plans() -> None:
-    assert control.plan(inputs(md(), apis=False)) is None  # not asked for, not available, no member: silent
-    crds = control.plan(inputs(md(**{"spec.gateway": {"enabled": True}}), apis=False))
+    assert control_plane.plan(inputs(md(), apis=False)) is None  # not asked for, not available, no member: silent
+    crds = control_plane.plan(inputs(md(**{"spec.gateway": {"enabled": True}}), apis=False))
     assert crds is not None and crds.decision.reason == "CRDsNotAvailable" and not crds.writes
-    assert control.plan(inputs(md(), running=False)) is None
-    off = control.plan(inputs(md(**{"spec.gateway": {"enabled": False}})))
+    assert control_plane.plan(inputs(md(), running=False)) is None
+    off = control_plane.plan(inputs(md(**{"spec.gateway": {"enabled": False}})))
     assert off is not None and off.decision.reason == "GatewayDisabled" and not off.objects()
     same_namespace_pool = EngineGateway(
         managesInferencePool=True, inferencePoolNamePattern="{name}-pool", inferencePoolNamespace="{namespace}"
     )
-    managed = control.plan(inputs(md(), capability=same_namespace_pool))
+    managed = control_plane.plan(inputs(md(), capability=same_namespace_pool))
     assert managed is not None and managed.provider_pool == ("default", "qwen-pool")
     assert [o["kind"] for o in managed.objects()] == ["HTTPRoute"]  # no grant in the same namespace, no pool of ours
-    member = control.plan(inputs(md(), service_ip="10.1.2.3"))
+    member = control_plane.plan(inputs(md(), service_ip="10.1.2.3"))
     assert member is not None and member.member is not None and member.member["spec"]["url"] == "http://10.1.2.3:8000"
 
 
@@ -122,30 +122,30 @@ def test_gateway_dynamo_mocker_skips_creation() -> None:
     """AI Runway's TestGateway_DynamoMockerSkipsCreation: gateway left at its default (on), the Inference
     Extension served, a Gateway to route through; only the mocker annotation keeps the control off the
     gateway path: no InferencePool, no HTTPRoute, and no GatewayReady condition (neither true nor false)."""
-    plan = control.plan(inputs(md(**MOCKER)))
+    plan = control_plane.plan(inputs(md(**MOCKER)))
     assert plan is not None and not plan.writes and plan.provider_pool is None and plan.gateway is None
     kinds = [o["kind"] for o in plan.objects()]
     assert "InferencePool" not in kinds and "HTTPRoute" not in kinds and not kinds
     assert plan.decision.status.conditions == () and plan.decision.gateway == "" and plan.decision.reason == "DynamoMocker"
     # Jetway's own router still takes the deployment (not a Gateway API object)
-    routed = control.plan(inputs(md(**MOCKER), service_ip="10.1.2.3"))
+    routed = control_plane.plan(inputs(md(**MOCKER), service_ip="10.1.2.3"))
     assert routed is not None and [o["kind"] for o in routed.objects()] == ["InferencePoolMember"] and not routed.decision.status.conditions
     # skipped before the APIs are looked at: explicitly enabled without the CRDs says nothing either
-    crds = control.plan(inputs(md(**MOCKER, **{"spec.gateway": {"enabled": True}}), apis=False))
+    crds = control_plane.plan(inputs(md(**MOCKER, **{"spec.gateway": {"enabled": True}}), apis=False))
     assert crds is not None and crds.decision.status.conditions == () and not crds.writes
     # the annotation alone, without the Dynamo provider named, is not the mocker (isDynamoMockerMode)
-    plain = control.plan(inputs(md(**{"metadata.annotations": {"airunway.ai/dynamo-test-backend": "mocker"}})))
+    plain = control_plane.plan(inputs(md(**{"metadata.annotations": {"airunway.ai/dynamo-test-backend": "mocker"}})))
     assert plain is not None and plain.decision.reason == "GatewayConfigured"
 
 
 def test_allowed_routes_patch_and_its_removal() -> None:
     shared = gateway(namespace="infra")
-    body = control.allowed_routes(shared, {"default", "team-a"})
+    body = control_plane.allowed_routes(shared, {"default", "team-a"})
     values = body["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["selector"]["matchExpressions"][0]["values"]
     assert values == ["default", "infra", "team-a"]
-    assert "spec" not in control.allowed_routes(shared, {"infra"})  # nothing cross-namespace: our fields go
+    assert "spec" not in control_plane.allowed_routes(shared, {"infra"})  # nothing cross-namespace: our fields go
     patched = gateway(namespace="infra", listeners=[{"name": "http", "port": 80, "protocol": "HTTP", **body["spec"]["listeners"][0]}])
-    assert control.allows(patched, {"default"}) and not control.allows(patched, {"team-b"}) and control.selects(patched)
+    assert control_plane.allows(patched, {"default"}) and not control_plane.allows(patched, {"team-b"}) and control_plane.selects(patched)
 
 
 def framework(**capabilities: Any) -> AgentProviderConfig:

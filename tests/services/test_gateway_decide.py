@@ -10,11 +10,11 @@ from contracts.conditions import carried, same_decision
 from contracts.poolmember import InferencePoolMemberSpec
 from contracts.rules.urls import refused_address, url_host
 from contracts.subjects import Key
-from services.gateway import decide
-from services.gateway.decide import Estimate, ProbeOutcome
-from services.gateway.probe import advertised
-from services.gateway.projection import Member, Traffic
-from services.gateway.upstream import Endpoint
+from services.router import decide
+from services.router.decide import Estimate, ProbeOutcome
+from services.router.probe import advertised
+from services.router.projection import Member, Traffic
+from services.router.upstream import Endpoint
 
 
 def member(name: str = "a", models: list[dict[str, Any]] | None = None, generation: int = 1, **spec: Any) -> Member:

@@ -7,7 +7,7 @@ restart, another replica), knows what the one that ran knew, on a real NATS serv
   gateway's signals (services/watcher/projection.py), are refilled within a probe interval, and forgotten
   with the member;
 - gateway: members and their recorded health are the same, and it routes to the same members (the
-  traffic counters are per process: services/gateway/projection.py)."""
+  traffic counters are per process: services/router/projection.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.resources import Resources
 from runtime.service import Runner
-from services.gateway import decide
-from services.gateway import main as gateway_main
-from services.gateway.projection import Members
+from services.router import decide
+from services.router import main as router_main
+from services.router.projection import Members
 from services.selector.handlers import SelectorService
 from services.watcher import main as watcher_main
 from tests.contracts.cases import IPC, MD, MEMBER, changed
@@ -143,7 +143,7 @@ async def test_a_watcher_taking_over_has_the_same_resources_and_observations_and
             stack.watcher.runner.stop()
             assert (await stack.delete("/v1/kinds/ipm/gpu-a"))[0] == 200
             await eventually(lambda: member not in state.resources.items, timeout=15, message="the replica folded the deletion")
-            gateway = stack.gateway.runner
+            gateway = stack.router.runner
             ticks = gateway.passes
             await eventually(lambda: gateway.passes >= ticks + 2, timeout=15, message="two more probe ticks")
             assert member.subject() not in state.probed_at and member.subject() not in first.state.probed_at
@@ -160,10 +160,10 @@ async def test_a_fresh_gateway_has_the_same_members_and_routes_to_the_same_ones(
             assert status == 201, body
         await eventually(lambda: stack.served("qwen", "gpu-b"), timeout=15, message="both members served")
         await eventually(lambda: stack.served("qwen", "gpu-a"), timeout=15, message="both members served")
-        live = stack.gateway.service.members
+        live = stack.router.service.members
 
         nc = await connect(nats.url, name="replica")
-        fresh = gateway_main.build(nc, stack.secrets, settings=SETTINGS)
+        fresh = router_main.build(nc, stack.secrets, settings=SETTINGS)
         try:
             await fresh.runner.rebuild()
             await fresh.runner.reconcile_all()  # the start-up pass, before a router would listen: every member probed

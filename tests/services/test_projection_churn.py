@@ -1,5 +1,5 @@
 """Projections forget what is gone: 10,000 create → delete cycles of deployments, provider configs, pool
-members and Gateways, folded as real envelopes into the watcher, selector, gateway and gateway-api
+members and Gateways, folded as real envelopes into the watcher, selector, router and gateway
 services (each given only the subjects it consumes, as its runner does), leave every projection as
 large as it was before them, counted over every dict, list and set in it, at any depth."""
 
@@ -17,14 +17,14 @@ from contracts.cluster import OBSERVED, DeletionRequested, ObjectObserved
 from contracts.events import Envelope, Event, ResourceApplied, ResourceDeleted, StatusSlice, Withdrawn, new_envelope
 from contracts.gateway import GatewayReconciled, MemberHealthChanged
 from contracts.pipeline import ProviderSelected, RuleFailure, SelectionRulesChecked, WorkloadRendered
-from contracts.subjects import GATEWAY, GATEWAY_API, SELECTOR, SPEC, WORKLOAD, Key, facet_filter, matcher
+from contracts.subjects import GATEWAY, ROUTER, SELECTOR, SPEC, WORKLOAD, Key, facet_filter, matcher
 from runtime.kube import Kube
 from runtime.secrets import FileSecrets
 from runtime.service import Service
-from services.gateway.gatewayapi import GatewayApiService
 from services.gateway.handlers import GatewayService
-from services.gateway.probe import Prober
-from services.gateway.upstream import UpstreamPool
+from services.router.handlers import RouterService
+from services.router.probe import Prober
+from services.router.upstream import UpstreamPool
 from services.selector.handlers import SelectorService
 from services.watcher.handlers import WatcherService
 from tests.contracts.cases import IPC, MD, MEMBER
@@ -53,8 +53,8 @@ class Folding:
         self.services: list[Service] = [
             self.watcher,
             SelectorService(),
-            GatewayService(self.prober),
-            GatewayApiService(Kube.at("https://127.0.0.1:9")),  # never called: folding needs no API server
+            RouterService(self.prober),
+            GatewayService(Kube.at("https://127.0.0.1:9")),  # never called: folding needs no API server
         ]
         self.wanted = [matcher([*s.consumes, facet_filter(s.name)]) for s in self.services]
         self.seq = itertools.count(1)
@@ -97,16 +97,16 @@ def cycle(fold: Folding, n: int) -> None:
     claim = ObjectObserved(api_version="v1", object_kind="PersistentVolumeClaim", object_name="shared", summary={"phase": "Bound"})
     fold(md, msgspec.structs.replace(claim, referenced=True), OBSERVED)
     objects = ({"kind": "HTTPRoute", "metadata": {"name": md.name}},)
-    fold(md, GatewayReconciled(generation=1, gateway="infra/gw", objects=objects, reason="GatewayConfigured"), GATEWAY_API)
+    fold(md, GatewayReconciled(generation=1, gateway="infra/gw", objects=objects, reason="GatewayConfigured"), GATEWAY)
     fold(md, DeletionRequested(kind=md.kind, namespace=md.namespace, name=md.name))
     fold(md, deleted(md))
-    fold(md, Withdrawn(generation=1), GATEWAY_API)
+    fold(md, Withdrawn(generation=1), GATEWAY)
     for kind, name in (("Deployment", md.name), ("Service", md.name)):  # garbage-collected after their owner
         fold(md, ObjectObserved(api_version="v1", object_kind=kind, object_name=name, exists=False), OBSERVED)
 
     member = Key("InferencePoolMember", "", f"m{n}")
     fold(member, applied(member, {**MEMBER["spec"], "backend": "echo", "url": ""}))
-    fold(member, MemberHealthChanged(generation=1, healthy=True, advertised=("qwen",)), GATEWAY)
+    fold(member, MemberHealthChanged(generation=1, healthy=True, advertised=("qwen",)), ROUTER)
     fold.watcher.state.probed(member.subject(), datetime.now(UTC))  # the gateway's probe signal
     fold(member, deleted(member))
     fold.watcher.state.probed(member.subject(), datetime.now(UTC))  # a last probe's signal, after the deletion
@@ -124,7 +124,7 @@ async def test_ten_thousand_create_delete_cycles_leave_the_watcher_selector_and_
     standing = Key("InferenceProviderConfig", "", "acme")  # one that stays: the sizes are not only of empty projections
     fold(standing, applied(standing, IPC["spec"]))
     before = fold.sizes()
-    assert before["selector"] and before["watcher"] and before["gateway-api"], before
+    assert before["selector"] and before["watcher"] and before["gateway"], before
     cycle(fold, 0)
     assert fold.sizes() == before, "one cycle left something behind"
     for n in range(1, CYCLES):

@@ -18,9 +18,9 @@ from runtime.kubewriter import KubeWriter
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
 from services.binding.handlers import BindingService
-from services.gateway import main as gateway_main
-from services.gateway import router as router_module
-from services.gateway.gatewayapi import GatewayApiService
+from services.gateway.handlers import GatewayService
+from services.router import main as router_main
+from services.router import proxy
 from services.selector.handlers import SelectorService
 from services.storage.handlers import StorageService
 from services.watcher import main as watcher_main
@@ -31,7 +31,7 @@ from tests.support.waiting import eventually
 
 SETTINGS = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
 RESYNC = 1.0  # seconds: short, so level-triggered repair is seen within a test
-SERVICES = ("watcher", "selector", "storage", "workload", "gateway-api", "binding")  # "router" too, on request
+SERVICES = ("watcher", "selector", "storage", "workload", "gateway", "binding")  # "router" too, on request
 
 
 @dataclass
@@ -62,16 +62,16 @@ class Controller:
             return watcher_main.build(nc, settings=SETTINGS, cluster=kube, namespace=self.namespace, resync_interval=self.resync).runner
 
         def router(nc: Client, kube: Kube) -> Runner:
-            gateway = gateway_main.build(nc, FileSecrets(self.secrets), probe_interval=0.2, settings=SETTINGS)
-            self.routes = gateway.routes
-            return gateway.runner
+            router = router_main.build(nc, FileSecrets(self.secrets), probe_interval=0.2, settings=SETTINGS)
+            self.routes = router.routes
+            return router.runner
 
         return {
             "watcher": watcher,
             "selector": lambda nc, kube: Runner(SelectorService(), nc, SETTINGS),
             "storage": lambda nc, kube: Runner(StorageService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
             "workload": lambda nc, kube: Runner(WorkloadService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
-            "gateway-api": lambda nc, kube: Runner(GatewayApiService(kube, resync_interval=self.resync), nc, SETTINGS),
+            "gateway": lambda nc, kube: Runner(GatewayService(kube, resync_interval=self.resync), nc, SETTINGS),
             "binding": lambda nc, kube: Runner(BindingService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
             "router": router,
         }
@@ -79,7 +79,7 @@ class Controller:
     async def serve_router(self) -> str:
         """Jetway's router on 127.0.0.1 (the "router" service must be running); its base URL."""
         assert self.routes is not None
-        server, port = await router_module.serve(self.routes, "127.0.0.1", 0)
+        server, port = await proxy.serve(self.routes, "127.0.0.1", 0)
         self.servers.append(server)
         return f"http://127.0.0.1:{port}"
 

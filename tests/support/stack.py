@@ -1,4 +1,4 @@
-"""The standalone stack in-process: real NATS, the real watcher and gateway services, the apply
+"""The standalone stack in-process: real NATS, the real watcher and router services, the apply
 API and the router on free ports of 127.0.0.1, a file secret store. What `jetway up` runs,
 minus the process around it (tests of `jetway up` itself run the command)."""
 
@@ -19,8 +19,8 @@ from runtime.bus import EVENTS_STREAM, connect
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
 from services import pipeline
-from services.gateway import main as gateway_main
-from services.gateway import router
+from services.router import main as router_main
+from services.router import proxy
 from services.watcher import api
 from services.watcher import main as watcher_main
 
@@ -35,7 +35,7 @@ class Stack:
     nats_url: str
     secrets: FileSecrets
     watcher: watcher_main.Watcher
-    gateway: gateway_main.Gateway
+    router: router_main.Router
     http: aiohttp.ClientSession
 
     async def apply(
@@ -98,23 +98,23 @@ async def running_stack(
     nc = await connect(nats_url, name="stack")
     store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, settings=settings)
-    gateway = gateway_main.build(nc, store, probe_interval=probe_interval, settings=settings)
-    tasks = [asyncio.create_task(watcher.runner.run()), asyncio.create_task(gateway.runner.run())]
-    await asyncio.wait_for(asyncio.gather(watcher.runner.ready.wait(), gateway.runner.ready.wait()), 20)
+    router = router_main.build(nc, store, probe_interval=probe_interval, settings=settings)
+    tasks = [asyncio.create_task(watcher.runner.run()), asyncio.create_task(router.runner.run())]
+    await asyncio.wait_for(asyncio.gather(watcher.runner.ready.wait(), router.runner.ready.wait()), 20)
     token = secrets.token_urlsafe(16)
     api_runner, api_port = await api.serve(api.build_app(watcher.service, token), "127.0.0.1", 0)
-    router_server, router_port = await router.serve(gateway.routes, "127.0.0.1", 0)
+    router_server, router_port = await proxy.serve(router.routes, "127.0.0.1", 0)
     http = aiohttp.ClientSession()
     try:
-        yield Stack(f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{router_port}/v1", token, nats_url, store, watcher, gateway, http)
+        yield Stack(f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{router_port}/v1", token, nats_url, store, watcher, router, http)
     finally:
         await http.close()
         router_server.close()
         await api_runner.cleanup()
         watcher.runner.stop()
-        gateway.runner.stop()
+        router.runner.stop()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
-        gateway.routes.pool.close()
+        router.routes.pool.close()
         await nc.close()
 
 

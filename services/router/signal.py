@@ -24,7 +24,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from contracts.subjects import SIGNAL_PREFIX, encode_token
-from services.gateway.upstream import BeforeResponse, Connection, Sink, UpstreamError
+from services.router.upstream import BeforeResponse, Connection, Sink, UpstreamError
 
 CHUNK = 256 * 1024
 FIRST_BYTE_TIMEOUT = 600.0

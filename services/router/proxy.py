@@ -31,10 +31,10 @@ import msgspec
 
 from contracts.documents import DocumentError, load_json
 from contracts.subjects import Key
-from services.gateway import decide, echo
-from services.gateway.projection import Member, Members
-from services.gateway.signal import ClientTooSlow
-from services.gateway.upstream import BeforeResponse, Connection, Endpoint, UpstreamError, UpstreamPool
+from services.router import decide, echo
+from services.router.projection import Member, Members
+from services.router.signal import ClientTooSlow
+from services.router.upstream import BeforeResponse, Connection, Endpoint, UpstreamError, UpstreamPool
 
 log = logging.getLogger("jetway.router")
 MAX_BODY = 16 * 1024 * 1024
@@ -148,7 +148,7 @@ class Routes:
     members: Members
     credentials: Callable[[Key], tuple[Endpoint, str] | None]  # the endpoint and bearer token the last probe resolved
     on_failure: Callable[[Key, str], None]  # mark a member failed and ask for a probe
-    signal: Any = None  # services.gateway.signal.SignalClient for operator-signal members
+    signal: Any = None  # services.router.signal.SignalClient for operator-signal members
     pool: UpstreamPool = field(default_factory=UpstreamPool)
     turn: int = 0
 

@@ -9,10 +9,10 @@ import msgspec
 
 from contracts.subjects import Key
 from runtime.secrets import SecretSource, bearer_token
-from services.gateway.decide import ProbeOutcome
-from services.gateway.projection import Member
-from services.gateway.signal import NoAgent, SignalClient
-from services.gateway.upstream import DialRefused, Endpoint, TooLarge, UpstreamError, UpstreamPool
+from services.router.decide import ProbeOutcome
+from services.router.projection import Member
+from services.router.signal import NoAgent, SignalClient
+from services.router.upstream import DialRefused, Endpoint, TooLarge, UpstreamError, UpstreamPool
 
 PROBE_TIMEOUT = 3.0
 MAX_MODELS_BODY = 4 * 1024 * 1024  # a model list is kilobytes; an endless one is read this far, then dropped

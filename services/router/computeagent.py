@@ -17,8 +17,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from runtime.secrets import bearer_token
-from services.gateway.signal import ReplyStream, request_of, subject
-from services.gateway.upstream import Endpoint, UpstreamError, UpstreamPool
+from services.router.signal import ReplyStream, request_of, subject
+from services.router.upstream import Endpoint, UpstreamError, UpstreamPool
 
 log = logging.getLogger("jetway.compute-agent")
 

@@ -1,0 +1,94 @@
+"""The gateway service: members in, a probe per reconcile (and per tick), health decisions out.
+
+Every router replica folds every member (it routes to any of them). With several replicas, each probes and
+records the health of the members in the partitions it holds a lease on (`leases`); a member another replica
+holds is probed here only when this router saw it fail a request, to clear its own failure mark, never recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from contracts.conditions import carried, same_decision
+from contracts.events import Envelope
+from contracts.gateway import PROBE_SIGNALS, probe_signal
+from contracts.subjects import ROUTER, SPEC, Key, kind_filter
+from runtime.leases import Leases
+from runtime.service import Effects, Runner, Service
+from services.router import decide
+from services.router.probe import Prober
+from services.router.projection import Members
+
+log = logging.getLogger("jetway.gateway")
+DEFAULT_PROBE_INTERVAL = 5.0
+
+
+class RouterService(Service):
+    name = ROUTER
+    consumes = (kind_filter("InferencePoolMember"),)
+
+    def __init__(self, prober: Prober, *, probe_interval: float = DEFAULT_PROBE_INTERVAL, leases: Leases | None = None) -> None:
+        self.members = Members()
+        self.prober = prober
+        self.resync_interval = probe_interval  # the tick: every member is probed this often
+        self.runner: Runner | None = None
+        self.leases = leases  # several router replicas: which partitions' members this one probes and records
+        self._probing: set[asyncio.Task[None]] = set()
+
+    def owns(self, key: Key) -> bool:
+        return self.leases is None or self.leases.valid(key.partition)
+
+    async def alongside(self, runner: Runner) -> None:
+        if self.leases is not None:
+            await self.leases.run()
+
+    async def gained(self, partition: str) -> None:
+        """A partition's lease: its members are probed now, not at the next tick."""
+        if self.runner is not None and self.runner.ready.is_set():
+            task = asyncio.get_running_loop().create_task(self.runner.reconcile_all(partition))
+            self._probing.add(task)
+            task.add_done_callback(self._probing.discard)
+
+    def fold(self, envelope: Envelope) -> None:
+        self.members.fold(envelope)
+        if envelope.key not in self.members.items:
+            self.prober.forget(envelope.key)
+
+    def projection(self) -> Members:
+        return self.members
+
+    def affected(self, envelope: Envelope) -> Iterable[Key]:
+        return (envelope.key,) if envelope.facet == SPEC else ()
+
+    def keys(self) -> Iterable[Key]:
+        return list(self.members.items)
+
+    async def reconcile(self, key: Key, effects: Effects) -> None:
+        member = self.members.items.get(key)
+        if member is None:
+            return
+        outcome, transport = await self.prober.probe(member)
+        if outcome.models is not None:
+            self.members.traffic_of(key).failed = False
+        if not effects.runner.owns(key):
+            return  # another replica records this member's health; this probe only cleared our own mark
+        decision = carried(decide.health(member, outcome, transport), member.health)
+        await effects.runner.nc.publish(PROBE_SIGNALS, probe_signal(key.subject()))
+        if not same_decision(decision, member.health):
+            await effects.emit(key, decision)
+
+    def member_failed(self, key: Key, reason: str) -> None:
+        """The router saw a member fail mid-request: no new traffic until a probe says otherwise."""
+        self.members.traffic_of(key).failed = True
+        log.warning("member failed a request", extra={"member": key.name, "reason": reason})
+        if self.runner is not None:
+            asyncio.get_running_loop().create_task(self._reprobe(key))
+
+    async def _reprobe(self, key: Key) -> None:
+        assert self.runner is not None
+        try:
+            await self.runner.reconcile(key)
+        except Exception as exc:
+            log.warning("re-probe failed: %s", exc, extra={"member": key.name})

@@ -1,0 +1,89 @@
+"""Entry point: `python -m services.router` (see runtime/entry.py for the common environment).
+
+Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_ROUTER_HEADER_TIMEOUT/BODY_TIMEOUT/IDLE_TIMEOUT/
+MAX_CONNECTIONS (proxy.Limits), JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR and
+JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API: members come from the event stream, their
+credentials from the mounted secret store. `jetway up` builds the same objects in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from contracts.subjects import ALL_PARTITIONS
+from runtime.entry import Context, Stop
+from runtime.leases import Leases, LeaseSettings
+from runtime.secrets import FileSecrets, SecretSource
+from runtime.service import Runnable, Runner, RunnerSettings
+from services.router import proxy
+from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
+from services.router.probe import Prober
+from services.router.signal import SignalClient
+from services.router.upstream import UpstreamPool
+
+NAME = "router"
+
+
+@dataclass
+class Router:
+    service: RouterService
+    runner: Runner
+    routes: proxy.Routes
+
+
+def build(
+    nc: Client,
+    secrets: SecretSource,
+    *,
+    probe_interval: float = DEFAULT_PROBE_INTERVAL,
+    allow_link_local: bool = False,
+    settings: RunnerSettings | None = None,
+    leases: LeaseSettings | None = None,
+    replica: str | None = None,
+) -> Router:
+    """The router and its prober. With `leases`, one of several replicas: each routes to every member and probes
+    the members of the partitions it holds a lease on (handlers.py)."""
+    pool = UpstreamPool(allow_link_local=allow_link_local)
+    signals = SignalClient(nc)
+    prober = Prober(pool=pool, secrets=secrets, signal=signals)
+    service = RouterService(prober, probe_interval=probe_interval)
+    if leases is not None:
+        service.leases = Leases(nc.jetstream(timeout=5), NAME, ALL_PARTITIONS, replica=replica, settings=leases, on_gain=service.gained)
+    runner = Runner(service, nc, settings, owns=service.owns)
+    service.runner = runner
+    routes = proxy.Routes(
+        members=service.members, credentials=prober.credentials, on_failure=service.member_failed, signal=signals, pool=pool
+    )
+    return Router(service, runner, routes)
+
+
+async def start(context: Context) -> list[Runnable]:
+    secrets = FileSecrets(Path(context.env("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
+    router = build(
+        context.nc,
+        secrets,
+        probe_interval=float(context.env("JETWAY_PROBE_INTERVAL", str(DEFAULT_PROBE_INTERVAL))),
+        allow_link_local=context.env("JETWAY_ALLOW_LINK_LOCAL") == "true",
+        leases=context.leases,
+        replica=context.replica,
+    )
+    try:
+        limits = proxy.Limits.from_env(lambda name: context.env(name) or None)
+    except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
+        raise SystemExit(f"router: {exc}") from None
+
+    async def serve() -> Stop:
+        server, _ = await proxy.serve(
+            router.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080")), limits=limits
+        )
+
+        async def stop() -> None:
+            server.close()
+
+        return stop
+
+    context.after_ready.append(serve)
+    return [router.runner]

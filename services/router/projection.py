@@ -1,0 +1,106 @@
+"""What the gateway knows: every member, its last recorded health, and live traffic state.
+
+`Members` is folded from events and forgets what is deleted. `Members.traffic`
+is the one part that is not, and it stays out of the log (and out of snapshots) on purpose:
+`outstanding` counts this process's requests in flight, which another replica's router does not carry
+and a restart does not have; `failed` marks a member that failed a request since its last probe, and is
+superseded by a probe before a new process routes at all (its start-up pass probes every member and
+records health when it changed, before the router listens). What a user sees of a member (its health,
+phase, advertised models) is the recorded `MemberHealthChanged`, which a hand-over keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contracts.events import Envelope, ResourceApplied, ResourceDeleted
+from contracts.gateway import MemberHealthChanged
+from contracts.poolmember import InferencePoolMemberSpec
+from contracts.subjects import SPEC, Key
+
+# A change to any of these means the last probe no longer speaks for the member.
+CONNECTION_FIELDS = ("backend", "url", "authSecretRef", "caFileRef", "transport", "computeOperatorRef")
+
+
+@dataclass
+class Member:
+    key: Key
+    generation: int
+    spec: InferencePoolMemberSpec
+    health: MemberHealthChanged | None = None
+    probed_generation: int = 0  # the generation a health decision was last recorded for
+    needs_probe: bool = True  # new, re-pointed or un-drained: not routable before a fresh probe
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    @property
+    def declared(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.spec.models)
+
+    def window(self, model: str) -> int | None:
+        for declared in self.spec.models:
+            if declared.name == model:
+                return declared.contextWindow or None  # 0 is "no hint"
+        return None
+
+
+@dataclass
+class Traffic:
+    """Live, per-process state: not a fact, never an event (see the module's docstring)."""
+
+    outstanding: int = 0
+    failed: bool = False  # failed mid-request; cleared by the next successful probe
+
+
+@dataclass
+class Members:
+    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_skip = ("traffic",)  # live, per process: a restart starts with no request in flight
+
+    items: dict[Key, Member] = field(default_factory=dict)
+    traffic: dict[Key, Traffic] = field(default_factory=dict)
+    by_model: dict[str, set[Key]] = field(default_factory=dict)
+
+    def _index(self) -> None:
+        index: dict[str, set[Key]] = {}
+        for key, member in self.items.items():
+            for model in member.declared:
+                index.setdefault(model, set()).add(key)
+        self.by_model = index
+
+    def fold(self, envelope: Envelope) -> None:
+        event, key = envelope.event, envelope.key
+        if envelope.facet == SPEC:
+            if isinstance(event, ResourceApplied):
+                spec = InferencePoolMemberSpec.model_validate(event.spec)
+                old = self.items.get(key)
+                member = Member(key, event.generation, spec)
+                if old is not None:
+                    member.health, member.probed_generation = old.health, old.probed_generation
+                    repointed = any(getattr(old.spec, f) != getattr(spec, f) for f in CONNECTION_FIELDS)
+                    undrained = old.spec.draining and not spec.draining
+                    member.needs_probe = old.needs_probe or repointed or undrained
+                self.items[key] = member
+                self.traffic.setdefault(key, Traffic())
+            elif isinstance(event, ResourceDeleted):
+                self.items.pop(key, None)
+                self.traffic.pop(key, None)  # a request still in flight holds its own reference
+            self._index()
+        elif isinstance(event, MemberHealthChanged):
+            probed = self.items.get(key)
+            if probed is not None and event.generation >= probed.probed_generation:
+                probed.health = event
+                probed.probed_generation = event.generation
+                if event.generation == probed.generation:
+                    probed.needs_probe = False
+
+    def traffic_of(self, key: Key) -> Traffic:
+        """A member's traffic; for a member no longer known, a counter that is not kept."""
+        found = self.traffic.get(key)
+        if found is None:
+            found = Traffic()
+            if key in self.items:
+                self.traffic[key] = found
+        return found
