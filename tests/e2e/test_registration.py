@@ -56,7 +56,7 @@ async def test_the_built_in_providers_are_recorded_by_the_watcher_alone(stack: S
 
 
 async def test_a_users_config_stands_and_a_deleted_one_comes_back(stack: Stack, services: list[Runner]) -> None:
-    await eventually(lambda: spec_of(stack, "vllm"), message="vllm registered")
+    await eventually(lambda: spec_of(stack, "vllm"), timeout=30, message="vllm registered")
     mine = changed(builtin("vllm"), {"metadata.labels": {"team": "ours"}})
     status, body = await stack.apply(mine)
     assert status == 200, body
@@ -72,12 +72,12 @@ async def test_a_users_config_stands_and_a_deleted_one_comes_back(stack: Stack, 
         again = await spec_of(stack, "vllm")
         return again is not None and "team" not in (again["metadata"].get("labels") or {})
 
-    await eventually(back, message="the built-in vllm config back after its deletion")
+    await eventually(back, timeout=30, message="the built-in vllm config back after its deletion")
     assert stack.watcher.service.state.resources.items[VLLM].registered
 
 
 async def test_a_registered_config_from_an_older_release_is_upgraded(stack: Stack, services: list[Runner]) -> None:
-    await eventually(lambda: spec_of(stack, "vllm"), message="vllm registered")
+    await eventually(lambda: spec_of(stack, "vllm"), timeout=30, message="vllm registered")
     older = changed(builtin("vllm"), {"metadata.annotations": {"airunway.ai/description": "an older release's words"}})
     plan = await stack.watcher.service.apply(older, dry_run=False, registered=True)  # as an older release recorded it
     assert not hasattr(plan, "problems"), plan
@@ -88,4 +88,4 @@ async def test_a_registered_config_from_an_older_release_is_upgraded(stack: Stac
         found = await spec_of(stack, "vllm")
         return found is not None and found["metadata"].get("annotations") == builtin("vllm")["metadata"].get("annotations")
 
-    await eventually(upgraded, message="the registered config upgraded to this release's")
+    await eventually(upgraded, timeout=30, message="the registered config upgraded to this release's")
