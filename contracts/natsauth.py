@@ -102,6 +102,9 @@ SERVICES: tuple[ServiceUser, ...] = (
             Writes(REPORTED, PROVIDER_CONFIGS),  # a provider's own status
             Writes(OBSERVED, (*OWNERS, "Gateway")),  # owned objects on their owner; Gateways on themselves
         ),
+        # a deleted resource's history, after the grace period (runtime/bus.py). The residual: the purge's filter is
+        # in the request's body, so this right would let a compromised watcher purge any subject of the log.
+        publishes=(f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",),
         subscribes=(PROBE_SIGNALS,),
     ),
     ServiceUser("selector", ("selector",), (Writes(SELECTOR, ("ModelDeployment", "InferenceProviderConfig")),)),

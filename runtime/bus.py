@@ -39,6 +39,9 @@ STREAMS_UNAVAILABLE = 10008  # JetStream not ready yet (a cluster electing its m
 # when a new one passes the count, so the latest of every facet is always kept.
 HISTORY_PER_FACET = 64
 HISTORY_ENV = "JETWAY_HISTORY_PER_FACET"  # a positive count, or "unlimited"
+# A deleted resource's subjects are purged this long after its deletion, once nothing stands for it.
+DELETED_GRACE = 7 * 24 * 3600.0
+DELETED_GRACE_ENV = "JETWAY_DELETED_HISTORY_SECONDS"  # seconds, or "forever"
 
 
 @dataclass(frozen=True)
@@ -53,22 +56,14 @@ class StreamSettings:
     max_bytes: int = -1  # no cap unless an operator sets one (a cap drops the oldest events, latest ones too)
     max_age: float = 0.0  # seconds; 0 keeps events forever (an age drops a facet's latest event too)
     dlq_max_age: float = 14 * 24 * 3600.0
+    # seconds after its deletion a resource's history is purged (the watcher does it); 0: kept forever
+    deleted_grace: float = DELETED_GRACE
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> StreamSettings:
-        """JETWAY_HISTORY_PER_FACET: a positive count or "unlimited"; a bad value is a ValueError naming it."""
-        text = environ.get(HISTORY_ENV, "").strip().lower()
-        if not text:
-            return cls()
-        if text == "unlimited":
-            return cls(history_per_facet=-1)
-        try:
-            count = int(text)
-        except ValueError:
-            count = 0
-        if count < 1:
-            raise ValueError(f"{HISTORY_ENV} must be a positive number of events or 'unlimited', not {text!r}")
-        return cls(history_per_facet=count)
+        """JETWAY_HISTORY_PER_FACET: a positive count or "unlimited"; JETWAY_DELETED_HISTORY_SECONDS: seconds or
+        "forever". A bad value is a ValueError naming it."""
+        return cls(history_per_facet=_history_from(environ), deleted_grace=_grace_from(environ))
 
     def events(self) -> StreamConfig:
         return StreamConfig(
@@ -99,6 +94,36 @@ class StreamSettings:
             max_age=self.dlq_max_age,
             discard=DiscardPolicy.OLD,
         )
+
+
+def _history_from(environ: Mapping[str, str]) -> int:
+    text = environ.get(HISTORY_ENV, "").strip().lower()
+    if not text:
+        return HISTORY_PER_FACET
+    if text == "unlimited":
+        return -1
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{HISTORY_ENV} must be a positive number of events or 'unlimited', not {text!r}")
+    return count
+
+
+def _grace_from(environ: Mapping[str, str]) -> float:
+    text = environ.get(DELETED_GRACE_ENV, "").strip().lower()
+    if not text:
+        return DELETED_GRACE
+    if text == "forever":
+        return 0.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{DELETED_GRACE_ENV} must be a positive number of seconds or 'forever', not {text!r}")
+    return seconds
 
 
 # NATS closes a connection for good (no reconnect) when a protocol line passes its

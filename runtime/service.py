@@ -158,8 +158,8 @@ class Effects:
         msg_id = hashlib.sha256(f"{subject}\0{expected}\0".encode() + body).hexdigest()[:32]
         try:
             envelope = await self.runner.store.append(subject, event, expected_seq=expected, cause=self.cause, msg_id=msg_id)
-        except Conflict:
-            await self.runner.refresh(subject)
+        except Conflict as conflict:
+            await self.runner.refresh(subject, conflict.actual)
             raise Requeue(str(key)) from None
         self.runner.fold(envelope)
         self._appended[subject] = envelope.seq
@@ -495,8 +495,12 @@ class Runner:
             if not self._stopping.is_set() and self._snapshot_due():
                 self.snapshot_now()
 
-    async def refresh(self, subject: str) -> None:
-        """Fold what a conflict says we missed on one subject."""
+    async def refresh(self, subject: str, actual: int | None = None) -> None:
+        """Fold what a conflict says we missed on one subject. A subject whose last sequence is now below what
+        was folded was purged (a deleted resource's history, runtime/bus.py): it starts over from there."""
+        if actual is not None and actual < self.seen.get(subject, 0):
+            self.seen[subject] = actual
+            self._moved.pop(subject, None)
         await self.store.scan(subject, self._fold_item, since_seq=self.seen.get(subject, 0) + 1)
 
     # --- reconciling -----------------------------------------------------------------------

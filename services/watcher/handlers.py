@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import msgspec
@@ -27,11 +28,13 @@ from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
 from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, WORKLOAD, Key
+from runtime.bus import EVENTS_STREAM
 from runtime.eventstore import Conflict, EventTooLarge
 from runtime.leases import Leases
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
 from services.watcher.cluster import ClusterSync
+from services.watcher.decide import history
 from services.watcher.decide.apply import Plan, Stale, key_of, plan, policy
 from services.watcher.decide.ingest import typed
 from services.watcher.projection import WatcherState
@@ -104,6 +107,41 @@ class WatcherService(Service):
         else:
             await self._register(key)
 
+    # --- bounded history: a deleted resource's subjects go after a grace period ---------------------
+
+    async def _purging(self, runner: Runner) -> None:
+        """Now and then, purge the history of what was deleted more than the grace period ago (and holds no
+        objects any more): the watcher holding the kind does it, in a cluster. `deleted_grace` 0: never."""
+        grace = runner.settings.streams.deleted_grace
+        if not grace:
+            await asyncio.Event().wait()
+        while True:
+            await asyncio.sleep(max(0.2, min(grace / 4, 3600.0)))
+            try:
+                await self.purge_deleted(runner, grace)
+            except Exception as exc:  # NATS away: the next round tries again
+                log.warning("purging deleted resources' history failed: %s", exc)
+
+    async def purge_deleted(self, runner: Runner, grace: float) -> list[Key]:
+        """One round; the resources whose history was purged."""
+        now = datetime.now(UTC)
+        due = [k for k, at in self.state.deleted.items() if at + timedelta(seconds=grace) <= now]
+        purged = []
+        for key in due:
+            if self.cluster is not None and not self.cluster.holds_kind(key.kind):
+                continue  # another watcher replica holds its kind
+            if key not in self.state.deleted:
+                continue  # applied again meanwhile
+            found = await runner.store.history(key)
+            if not history.deleted(found):
+                self.state.deleted.pop(key, None)  # applied again: nothing to purge
+            elif history.purgeable(found, now, grace):  # else something still stands for it: a later round
+                await runner.js.purge_stream(EVENTS_STREAM, subject=key.history_filter())
+                purged.append(key)
+                log.info("history purged", extra={"resource": str(key), "deleted_at": self.state.deleted[key].isoformat()})
+                self.state.deleted.pop(key, None)
+        return purged
+
     async def _register(self, key: Key) -> None:
         """Standalone: a built-in provider's registration recorded as applied, unless a user applied that config
         (then theirs stands); a registered one that differs is the built-in config upgraded. Deleted, it comes
@@ -139,7 +177,7 @@ class WatcherService(Service):
             except Conflict as conflict:
                 if tried == CONFLICT_TRIES:
                     raise
-                await self.runner.refresh(conflict.subject)
+                await self.runner.refresh(conflict.subject, conflict.actual)
         raise AssertionError("unreachable")
 
     # --- applying --------------------------------------------------------------------------
@@ -270,11 +308,11 @@ class WatcherService(Service):
         sub = await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
         try:
             if self.cluster is None:
-                await asyncio.Event().wait()
+                await self._purging(runner)
             elif self.leases is None:
-                await self.cluster.run()
+                await asyncio.gather(self.cluster.run(), self._purging(runner))
             else:
-                await asyncio.gather(self.cluster.run(hold_all=False), self.leases.run())
+                await asyncio.gather(self.cluster.run(hold_all=False), self.leases.run(), self._purging(runner))
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
