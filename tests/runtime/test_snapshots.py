@@ -316,3 +316,41 @@ def test_a_projection_reads_back_equal_from_its_snapshot_bytes() -> None:
     restored = SelectorState()
     codec.restore(codec.header(data), restored)
     assert restored == state and restored.deployments[QWEN].decision is None
+
+
+async def test_a_shards_snapshot_plus_its_tail_is_what_a_full_replay_of_its_partition_builds(client: Client, tmp_path: Path) -> None:
+    """A scaled-out service keeps one snapshot per partition (runtime/replica.py): whichever replica holds the
+    partition next restores it and replays the partition's tail and the global one's."""
+    store = EventStore(client, producer="watcher")
+    keys = [Key("ModelDeployment", f"team-{n}", f"m{n}") for n in range(12)]
+    partition = keys[0].partition
+    mine = [k for k in keys if k.partition == partition]
+    for key in keys:
+        await store.append(key.subject(), ResourceApplied(key.kind, key.namespace, key.name, 1, MD["spec"]))
+    await providers(client, 3)
+
+    async def shard(settings: RunnerSettings) -> Runner:
+        runner = Runner(SelectorService(), client, settings, partition=partition)
+        await runner.rebuild()
+        return runner
+
+    first = await shard(OFTEN)
+    assert set(first.service.projection().deployments) == set(mine) and len(first.service.projection().providers) == 3
+    writing = first.snapshot_now()
+    assert writing is not None
+    await writing
+    # the tail: the partition's events and the global ones (other partitions' are not this shard's)
+    late = Key("ModelDeployment", mine[0].namespace, "late")
+    await store.append(late.subject(), ResourceApplied(late.kind, late.namespace, late.name, 1, MD["spec"]))
+    await store.append(mine[0].subject(), ResourceDeleted(mine[0].kind, mine[0].namespace, mine[0].name))
+    await providers(client, 5)
+    restored, full = await shard(OFTEN), await shard(NEVER)
+    assert restored.restored is not None and set(restored.covered) == {partition, "g"}
+    assert restored.replayed < full.replayed
+    assert restored.service.projection() == full.service.projection()
+    assert late in full.service.projection().deployments and mine[0] not in full.service.projection().deployments
+    # the shard of another partition is not given this one's snapshot
+    other = next(k.partition for k in keys if k.partition != partition)
+    elsewhere = Runner(SelectorService(), client, OFTEN, partition=other)
+    await elsewhere.rebuild()
+    assert elsewhere.restored is None and not set(elsewhere.service.projection().deployments) & set(mine)
