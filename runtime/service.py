@@ -472,6 +472,19 @@ class Runner:
         self._snapshotting = asyncio.create_task(self._store_snapshot(data, self.seq), name=f"{self.name}-snapshot")
         return self._snapshotting
 
+    async def snapshot(self) -> bool:
+        """Take a snapshot of the projection as it is now and store it, after one being stored (if any) ends;
+        whether one was stored."""
+        if self._snapshotting is not None and not self._snapshotting.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._snapshotting)
+        written = self.snapshots_written
+        storing = self.snapshot_now()
+        if storing is None:
+            return False
+        await storing
+        return self.snapshots_written > written
+
     async def _store_snapshot(self, data: bytes, seq: int) -> None:
         assert self._snapshots is not None
         started = time.perf_counter()

@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -27,9 +27,9 @@ from contracts.pipeline import ProviderRegistered
 from contracts.problems import Problem
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
-from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, WORKLOAD, Key
+from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, WORKLOAD, Key, facet_filter
 from runtime.bus import EVENTS_STREAM
-from runtime.eventstore import Conflict, EventTooLarge
+from runtime.eventstore import Conflict, EventTooLarge, Item
 from runtime.leases import Leases
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
@@ -123,23 +123,24 @@ class WatcherService(Service):
                 log.warning("purging deleted resources' history failed: %s", exc)
 
     async def purge_deleted(self, runner: Runner, grace: float) -> list[Key]:
-        """One round; the resources whose history was purged."""
+        """One round; the resources whose history was purged. What was deleted is read from the stream (the last
+        event of every spec facet), not kept in the projection, which forgets what is gone."""
         now = datetime.now(UTC)
-        due = [k for k, at in self.state.deleted.items() if at + timedelta(seconds=grace) <= now]
+        due: list[Key] = []
+
+        def deletion(item: Item) -> None:  # a deletion long enough ago (purgeable checks again, with the facets)
+            if isinstance(item, Envelope) and isinstance(item.event, ResourceDeleted) and history.aged(item, now, grace):
+                due.append(item.key)
+
+        await runner.store.scan(facet_filter(SPEC), deletion, last_per_subject=True)
         purged = []
         for key in due:
             if self.cluster is not None and not self.cluster.holds_kind(key.kind):
                 continue  # another watcher replica holds its kind
-            if key not in self.state.deleted:
-                continue  # applied again meanwhile
-            found = await runner.store.history(key)
-            if not history.deleted(found):
-                self.state.deleted.pop(key, None)  # applied again: nothing to purge
-            elif history.purgeable(found, now, grace):  # else something still stands for it: a later round
+            if history.purgeable(await runner.store.history(key), now, grace):  # else something stands: a later round
                 await runner.js.purge_stream(EVENTS_STREAM, subject=key.history_filter())
                 purged.append(key)
-                log.info("history purged", extra={"resource": str(key), "deleted_at": self.state.deleted[key].isoformat()})
-                self.state.deleted.pop(key, None)
+                log.info("history purged", extra={"resource": str(key)})
         return purged
 
     async def _register(self, key: Key) -> None:

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from contracts.cluster import ApisDiscovered, ObjectObserved
-from contracts.events import Envelope, ResourceApplied, ResourceDeleted
+from contracts.events import Envelope, ResourceDeleted
 from contracts.kinds import KINDS, kind_of_token
 from contracts.pipeline import ProviderRegistered
 from contracts.subjects import SPEC, Key, parse_subject
@@ -35,11 +35,10 @@ def rfc3339(moment: datetime | None) -> str | None:
 
 @dataclass
 class WatcherState:
-    snapshot_version = 4  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
 
     resources: Resources = field(default_factory=Resources)
     registrations: dict[Key, ProviderRegistered] = field(default_factory=dict)  # standalone: built-in providers asked for
-    deleted: dict[Key, datetime] = field(default_factory=dict)  # deleted resources whose history is still stored: when
     probed_at: dict[str, datetime] = field(default_factory=dict)  # spec subject → last probe (a signal, not an event)
     # Kubernetes mode: what was last recorded from the cluster, so only changes are recorded again
     discovered: ApisDiscovered | None = None
@@ -48,10 +47,6 @@ class WatcherState:
     def fold(self, envelope: Envelope) -> None:
         self.resources.fold(envelope)
         event = envelope.event
-        if envelope.facet == SPEC and isinstance(event, ResourceDeleted):
-            self.deleted[envelope.key] = envelope.stored_at or envelope.time
-        elif envelope.facet == SPEC and isinstance(event, ResourceApplied):
-            self.deleted.pop(envelope.key, None)
         if isinstance(event, ApisDiscovered):
             self.discovered = event
         elif isinstance(event, ProviderRegistered):

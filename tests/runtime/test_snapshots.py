@@ -145,9 +145,7 @@ async def test_every_service_rebuilds_from_its_snapshot_and_the_tail_what_a_full
             await asyncio.gather(*tasks, return_exceptions=True)
     # the gateway runs only in a cluster: its snapshot is taken from a rebuild, as a fresh process would
     api = await rebuilt("gateway", client, secrets, OFTEN)
-    writing = api.snapshot_now()
-    assert writing is not None
-    await writing
+    assert await api.snapshot()
     # the tail: events after every snapshot
     store = EventStore(client, producer="watcher")
     await store.append(Key("ModelDeployment", "default", "big").subject(), ResourceDeleted("ModelDeployment", "default", "big"))
@@ -183,9 +181,7 @@ async def providers(client: Client, count: int) -> None:
 async def selector_with_snapshot(client: Client, tmp_path: Path) -> Runner:
     await providers(client, 5)
     first = await rebuilt("selector", client, FileSecrets(tmp_path), OFTEN)
-    writing = first.snapshot_now()
-    assert writing is not None
-    await writing
+    assert await first.snapshot()
     await providers(client, 7)  # a tail (the same five again, and two more)
     return first
 
@@ -267,9 +263,7 @@ async def test_history_trimmed_between_deliveries_leaves_snapshots_going_on_and_
         await eventually(lambda: quiet(client, [runner]), timeout=30, message="caught up")
         info = await client.jetstream().stream_info(EVENTS_STREAM)
         assert info.state.first_seq > 1, "nothing was trimmed: the test would prove nothing"
-        writing = runner.snapshot_now()
-        assert writing is not None
-        await writing
+        assert await runner.snapshot()
     finally:
         runner.stop()
         await asyncio.gather(task, return_exceptions=True)
@@ -336,9 +330,7 @@ async def test_a_shards_snapshot_plus_its_tail_is_what_a_full_replay_of_its_part
 
     first = await shard(OFTEN)
     assert set(first.service.projection().deployments) == set(mine) and len(first.service.projection().providers) == 3
-    writing = first.snapshot_now()
-    assert writing is not None
-    await writing
+    assert await first.snapshot()
     # the tail: the partition's events and the global ones (other partitions' are not this shard's)
     late = Key("ModelDeployment", mine[0].namespace, "late")
     await store.append(late.subject(), ResourceApplied(late.kind, late.namespace, late.name, 1, MD["spec"]))

@@ -19,18 +19,15 @@ def _last(history: list[Item]) -> dict[str, Envelope]:
     return {item.facet: item for item in history if isinstance(item, Envelope)}
 
 
-def deleted(history: list[Item]) -> bool:
-    """Whether the resource's last desired state is its deletion."""
-    spec = _last(history).get(SPEC)
-    return spec is not None and isinstance(spec.event, ResourceDeleted)
+def aged(envelope: Envelope, now: datetime, grace: float) -> bool:
+    """Whether an event was stored at least `grace` seconds before `now`."""
+    return (envelope.stored_at or envelope.time) + timedelta(seconds=grace) <= now
 
 
 def purgeable(history: list[Item], now: datetime, grace: float) -> bool:
     """Whether a resource's history (every facet, in stream order) may be purged now."""
     last = _last(history)
     spec = last.get(SPEC)
-    if spec is None or not isinstance(spec.event, ResourceDeleted):
-        return False  # not deleted (or applied again since)
-    if (spec.stored_at or spec.time) + timedelta(seconds=grace) > now:
-        return False
+    if spec is None or not isinstance(spec.event, ResourceDeleted) or not aged(spec, now, grace):
+        return False  # not deleted (or applied again since), or not long enough ago
     return not any(isinstance(e.event, Decision) and e.event.holds_objects() for e in last.values())
