@@ -61,6 +61,8 @@ def encode_token(text: str) -> str:
 def decode_token(token: str) -> str:
     if token == NO_NAMESPACE:
         return ""
+    if "_" not in token:
+        return token  # nothing escaped (most names): every fold reads a key, so this is the hot path
     raw = bytearray()
     i = 0
     while i < len(token):

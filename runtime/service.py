@@ -357,8 +357,9 @@ class Runner:
             return moved[1]
         return self.seen.get(subject, 0)
 
-    def _fold_item(self, item: Item) -> None:
-        if not self.wants(item.subject):
+    def _fold_item(self, item: Item, *, wanted: bool = False) -> None:
+        """Fold an event read from the stream (`wanted`: the caller matched the service's filters already)."""
+        if not wanted and not self.wants(item.subject):
             return
         if isinstance(item, Envelope):
             self.fold(item)
@@ -377,7 +378,7 @@ class Runner:
         def fold_item(item: Item) -> None:
             nonlocal replayed
             replayed += 1
-            self._fold_item(item)
+            self._fold_item(item, wanted=True)  # scan's `select` matched it
 
         for feed in self.feeds:
             last = await self.store.scan(feed.filter, fold_item, select=self.wants, since_seq=self.covered.get(feed.label, 0) + 1)

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
 
 from contracts.events import Envelope, ResourceApplied, ResourceDeleted, StatusReported, StatusSlice
 from contracts.subjects import Key, decode_token, encode_token, parse_subject
 from runtime.bus import EVENTS_STREAM, ensure_streams
-from runtime.eventstore import Conflict, EventStore, Undecodable
+from runtime.eventstore import Conflict, EventStore, Undecodable, msg_seq
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
@@ -162,3 +163,18 @@ def test_subject_tokens_round_trip(name: str) -> None:
     key = Key("ModelDeployment", "ns.with.dots", name)
     parsed = parse_subject(key.subject("selector"))
     assert (parsed.namespace, parsed.name, parsed.facet, parsed.partition) == ("ns.with.dots", name, "selector", key.partition)
+
+
+async def test_a_delivered_events_sequence_pending_and_time_are_read_as_nats_py_reads_them(store: EventStore) -> None:
+    """msg_seq reads the reply subject itself (faster than nats-py's Msg.metadata): the same three values."""
+    for n in range(3):
+        key = Key("InferencePoolMember", "", f"m{n}")
+        await store.append(key.subject(), applied(key))
+    sub = await store.js.subscribe("jetway.evt.>", stream=EVENTS_STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+    try:
+        for _ in range(3):
+            msg = await sub.next_msg(timeout=5)
+            meta = msg.metadata
+            assert msg_seq(msg) == (meta.sequence.stream, meta.num_pending, meta.timestamp)
+    finally:
+        await sub.unsubscribe()
