@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,7 @@ from runtime.bus import DELETED_GRACE_ENV, StreamSettings, connect
 from runtime.eventstore import EventStore
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack, running_stack
+from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
 from tests.support.waiting import eventually
 
 GRACE = 0.5
@@ -29,15 +28,6 @@ QUICK = dataclasses.replace(SETTINGS, streams=StreamSettings(deleted_grace=GRACE
 async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
     async with running_stack(nats.url, tmp_path, settings=QUICK) as running:
         yield running
-
-
-def member(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "airdress.co/v1alpha1",
-        "kind": "InferencePoolMember",
-        "metadata": {"name": name},
-        "spec": {"backend": "echo", "models": [{"name": name}]},
-    }
 
 
 async def history(stack: Stack, key: Key) -> list[Envelope]:
@@ -51,7 +41,7 @@ async def history(stack: Stack, key: Key) -> list[Envelope]:
 async def test_a_deleted_resources_history_goes_after_the_grace_and_a_live_ones_stays(stack: Stack) -> None:
     gone, kept = Key("InferencePoolMember", "", "gone"), Key("InferencePoolMember", "", "kept")
     for name in ("gone", "kept"):
-        assert (await stack.apply(member(name)))[0] == 201
+        assert (await stack.apply(echo_member(name)))[0] == 201
     await eventually(lambda: stack.served(gone.name), message="the members probed")
     assert (await stack.delete("/v1/kinds/ipm/gone"))[0] == 200
     assert await history(stack, gone)  # kept for the grace period
@@ -62,7 +52,7 @@ async def test_a_deleted_resources_history_goes_after_the_grace_and_a_live_ones_
     await eventually(purged, timeout=30, message="the deleted member's history purged")
     assert next(e.type for e in await history(stack, kept)) == "ResourceApplied.v1"
     # the same name applied again after its history went: a new resource, from generation 1
-    status, body = await stack.apply(member("gone"))
+    status, body = await stack.apply(echo_member("gone"))
     assert status == 201 and body["generation"] == 1, body
     await eventually(lambda: stack.served(gone.name), message="the new member probed and routed")
 

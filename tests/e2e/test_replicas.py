@@ -18,10 +18,9 @@ from contracts.pipeline import ProviderSelected, StoragePlanned, WorkloadRendere
 from contracts.subjects import ALL_EVENTS, ALL_PARTITIONS, SELECTOR, SPEC, STORAGE, WORKLOAD
 from runtime.bus import connect
 from runtime.eventstore import EventStore
-from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
 from tests.support.replicas import Replicas, running_replicas
-from tests.support.stack import Stack, running_stack
+from tests.support.stack import Burst, Stack, running_stack
 from tests.support.waiting import eventually
 
 BURST = 1000
@@ -52,19 +51,8 @@ async def test_a_replica_killed_mid_burst_hands_its_partitions_over_and_nothing_
         for service in replicas.running:
             await eventually(lambda s=service: replicas.shared(s), timeout=30, message=f"{service}'s partitions shared")
             assert all(r.leases.holds() for r in replicas.of(service)), f"a {service} replica holds nothing"
-        answers: dict[str, int] = {}
-        third = asyncio.Event()
-        limit = asyncio.Semaphore(16)
-
-        async def apply(index: int) -> None:
-            async with limit:
-                status, _ = await stack.apply(changed(MD, {"metadata.name": f"m{index}", "spec.provider": {"name": "vllm"}}))
-                answers[f"m{index}"] = status
-                if len(answers) >= BURST // 3:
-                    third.set()
-
-        burst = [asyncio.create_task(apply(i)) for i in range(BURST)]
-        await asyncio.wait_for(third.wait(), 120)
+        burst = Burst(stack, BURST)
+        await asyncio.wait_for(burst.third.wait(), 120)
         held = {service: set(replicas.of(service)[0].leases.holds()) for service in replicas.running}
         assert all(held.values()), "the replica to kill holds nothing: the test would prove nothing"
         for service in list(replicas.running):
@@ -72,8 +60,7 @@ async def test_a_replica_killed_mid_burst_hands_its_partitions_over_and_nothing_
         assert await rendered(stack) < BURST, "the burst was handled before the kill: the test would prove nothing"
         for service in replicas.running:  # while the burst goes on
             await eventually(lambda s=service: replicas.shared(s), timeout=60, message=f"{service}'s partitions taken over")
-        await asyncio.wait_for(asyncio.gather(*burst), 300)
-        assert set(answers.values()) == {201}
+        assert set((await burst.done()).values()) == {201}
 
         await eventually(lambda: all_rendered(stack), timeout=300, interval=1.0, message="every deployment rendered after the kill")
         await assert_each_decided_once(stack.nats_url, replicas)

@@ -23,19 +23,10 @@ from runtime.secrets import FileSecrets
 from services.router import main as router_main
 from services.router import proxy
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack, running_stack
+from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
 from tests.support.waiting import eventually
 
 TTL = 4.0
-
-
-def echo(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "airdress.co/v1alpha1",
-        "kind": "InferencePoolMember",
-        "metadata": {"name": name},
-        "spec": {"backend": "echo", "models": [{"name": name}]},
-    }
 
 
 @contextlib.asynccontextmanager
@@ -100,7 +91,7 @@ async def test_router_replicas_share_the_probing_and_one_takes_over_when_the_oth
             await eventually(shared, timeout=30, message="the partitions shared between the two routers")
             names = [f"m{i}" for i in range(12)]
             for name in names:
-                assert (await stack.apply(echo(name)))[0] == 201
+                assert (await stack.apply(echo_member(name)))[0] == 201
             owners = {name: ("a" if leases[0].valid(Key("InferencePoolMember", "", name).partition) else "b") for name in names}
             assert set(owners.values()) == {"a", "b"}, "every member in one router's partitions: the test would prove less"
             for base in (a_url, b_url):
@@ -116,7 +107,7 @@ async def test_router_replicas_share_the_probing_and_one_takes_over_when_the_oth
             await eventually(lambda: leases[1].holds() == set(ALL_PARTITIONS), timeout=60, message="b holds every partition")
             late = [f"late{i}" for i in range(6)]
             for name in late:
-                assert (await stack.apply(echo(name)))[0] == 201
+                assert (await stack.apply(echo_member(name)))[0] == 201
             for name in late:
                 await eventually(lambda n=name: served(b_url, n), timeout=15, message=f"{name} probed by b and routed")
                 assert await chat(b_url, name) == 200

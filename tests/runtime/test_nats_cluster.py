@@ -15,9 +15,8 @@ from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsCluster
 from runtime.service import Runner
-from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint, nats_cluster
-from tests.support.stack import Stack, running_pipeline, running_stack
+from tests.support.stack import Burst, Stack, running_pipeline, running_stack
 from tests.support.waiting import eventually
 
 BURST = 1000
@@ -69,22 +68,11 @@ async def test_a_node_killed_during_a_burst_of_applies_loses_nothing(cluster: Na
     store = EventStore(nc, producer="test")
     leader = (await nc.jetstream().stream_info(EVENTS_STREAM)).cluster
     assert leader is not None and leader.leader
-    answers: dict[str, int] = {}
-    acked = asyncio.Event()
-    limit = asyncio.Semaphore(16)
-
-    async def apply(index: int) -> None:
-        async with limit:
-            status, _ = await stack.apply(changed(MD, {"metadata.name": f"m{index}", "spec.provider": {"name": "vllm"}}))
-            answers[f"m{index}"] = status
-            if len(answers) >= BURST // 3:
-                acked.set()
-
-    burst = [asyncio.create_task(apply(i)) for i in range(BURST)]
-    await asyncio.wait_for(acked.wait(), 120)
+    burst = Burst(stack, BURST)
+    await asyncio.wait_for(burst.third.wait(), 120)
     # the stream's leader: the hardest node to lose (its followers must elect another mid-burst)
     await asyncio.to_thread(cluster.member(leader.leader).kill)
-    await asyncio.wait_for(asyncio.gather(*burst), 300)
+    answers = await burst.done()
     try:
         assert sorted(set(answers.values())) == [201], {s: list(answers.values()).count(s) for s in set(answers.values())}
 

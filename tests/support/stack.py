@@ -23,6 +23,7 @@ from services.router import main as router_main
 from services.router import proxy
 from services.watcher import api
 from services.watcher import main as watcher_main
+from tests.contracts.cases import MD, changed
 
 SETTINGS = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
 
@@ -80,6 +81,39 @@ class Stack:
         """Whether the router serves `model` now (by member `by`, when given)."""
         async with self.http.get(f"{self.router_url}/models") as response:
             return any(m["id"] == model and (by is None or by in m.get("members", [])) for m in (await response.json())["data"])
+
+
+def echo_member(name: str) -> dict[str, Any]:
+    """An InferencePoolMember of the echo backend serving the model `name`."""
+    return {
+        "apiVersion": "airdress.co/v1alpha1",
+        "kind": "InferencePoolMember",
+        "metadata": {"name": name},
+        "spec": {"backend": "echo", "models": [{"name": name}]},
+    }
+
+
+class Burst:
+    """`count` ModelDeployments applied through the apply API, 16 at a time: `answers` their status codes, `third`
+    set once a third of them were answered (when a test breaks something mid-burst)."""
+
+    def __init__(self, stack: Stack, count: int) -> None:
+        self.answers: dict[str, int] = {}
+        self.third = asyncio.Event()
+        limit = asyncio.Semaphore(16)
+
+        async def apply(index: int) -> None:
+            async with limit:
+                status, _ = await stack.apply(changed(MD, {"metadata.name": f"m{index}", "spec.provider": {"name": "vllm"}}))
+                self.answers[f"m{index}"] = status
+                if len(self.answers) >= count // 3:
+                    self.third.set()
+
+        self.tasks = [asyncio.create_task(apply(i)) for i in range(count)]
+
+    async def done(self, timeout: float = 300) -> dict[str, int]:
+        await asyncio.wait_for(asyncio.gather(*self.tasks), timeout)
+        return self.answers
 
 
 async def quiet(nc: Client, runners: list[Runner]) -> bool:
