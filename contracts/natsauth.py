@@ -73,8 +73,8 @@ class Writes:
 class ServiceUser:
     """One service process's NATS identity.
 
-    `runners` are the Runner names in that process (runtime/service.py): each has its durable
-    consumer `jetway-<runner>` and its dead-letter subject `jetway.dlq.<runner>`."""
+    `runners` are the Runner names in that process (runtime/service.py): each has its lease group
+    `<runner>` in the lease bucket, its snapshot bucket and its dead-letter subject `jetway.dlq.<runner>`."""
 
     user: str
     runners: tuple[str, ...]

@@ -60,6 +60,7 @@ class Replica:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.failed: BaseException | None = None
         self._failure = asyncio.Event()
+        self._changed = asyncio.Event()  # a shard started or stopped
         self.leases = Leases(
             nc.jetstream(timeout=5),
             name,
@@ -84,6 +85,7 @@ class Replica:
         runner = Runner(self.make(), self.nc, self.settings, partition=partition, valid=lambda: self.leases.valid(partition))
         self.shards[partition] = runner
         self.ready.clear()
+        self._changed.set()
         task = asyncio.create_task(runner.run(), name=f"{runner.name}@{self.replica}")
         self._tasks[partition] = task
         task.add_done_callback(functools.partial(self._ended, partition))
@@ -100,6 +102,7 @@ class Replica:
     async def _lose(self, partition: str) -> None:
         runner = self.shards.pop(partition, None)
         task = self._tasks.pop(partition, None)
+        self._changed.set()
         if runner is None or task is None:
             return
         runner.stop()
@@ -114,12 +117,15 @@ class Replica:
         log.info("shard %s of %s stopped", partition, self.name, extra={"service": self.name})
 
     async def _watch_ready(self) -> None:
+        """Ready once the leases settled and every shard held is running; checked again when shards come or go."""
         while True:
             await self.leases.settled.wait()
-            runners = list(self.shards.values())
-            if all(r.ready.is_set() for r in runners) and set(self.shards) <= self.leases.holds():
+            if all(r.ready.is_set() for r in self.shards.values()) and set(self.shards) <= self.leases.holds():
                 self.ready.set()
-            await asyncio.sleep(0.05)
+                self._changed.clear()
+                await self._changed.wait()
+            else:
+                await asyncio.sleep(0.05)  # a shard still rebuilding
 
     async def run(self) -> None:
         leases = asyncio.create_task(self.leases.run(), name=f"{self.name}-leases")

@@ -603,25 +603,23 @@ class Runner:
         pending: list[tuple[Delivery, Envelope, list[Key]]] = []  # delivery, its event, the keys it affects
         for delivery in deliveries:
             self.lags[feed.label] = delivery.pending
+            # every event of the feed up to this one is handled by the next await (the sequence a snapshot holds):
+            # folded below, or skipped (not wanted, undecodable, a fold that failed)
+            self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
             if not self.wants(delivery.subject):
-                self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
                 continue
             try:
                 envelope = decode(delivery.data, subject=delivery.subject, seq=delivery.seq, stored_at=delivery.stored)
             except UndecodableEvent as exc:
                 self.seen[delivery.subject] = max(self.seen.get(delivery.subject, 0), delivery.seq)
-                self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
                 await self._dead_letter(delivery, exc.reason)
                 continue
             try:
                 folded = self.fold(envelope)
                 keys = [k for k in _dedupe(self.service.affected(envelope)) if self.owns(k)]
             except Exception as exc:  # a fold that fails on a valid event will fail again: do not retry it
-                self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
                 await self._dead_letter(delivery, f"fold failed: {type(exc).__name__}: {exc}")
                 continue
-            # every event of the feed up to this one is folded now, before the next await (a snapshot's sequence)
-            self.covered[feed.label] = max(self.covered.get(feed.label, 0), delivery.seq)
             if not folded and envelope.producer == self.service.name:
                 continue  # our own decision, echoed back: nothing new to reconcile
             if keys:
