@@ -21,9 +21,10 @@ class MemberHealthChanged(Decision, frozen=True, tag="MemberHealthChanged.v1"):
     advertised: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     transport: str = "http-direct"
+    saturated: bool = False  # its Saturated condition is True (services/router/load.py)
 
     def describe(self) -> str:
-        return ("healthy" if self.healthy else f"unhealthy: {self.reason}") + (
+        return ("healthy" if self.healthy else f"unhealthy: {self.reason}") + (" (saturated)" if self.saturated else "") + (
             f"; missing {', '.join(self.missing)}" if self.missing else ""
         )
 

@@ -1,15 +1,17 @@
-"""The gateway's decisions, pure: a member's health from a probe, who takes a request, token estimates."""
+"""The router's decisions, pure: a member's health from a probe, which members may take a request, token
+estimates. Which of them takes it is services/router/policy.py."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.events import StatusCondition, StatusSlice
 from contracts.gateway import MemberHealthChanged
-from services.router.projection import Member, Traffic
+from contracts.subjects import Key
+from services.router import load as loads
+from services.router.projection import Member, Members, Traffic
 
 CHARS_PER_TOKEN = 4
 
@@ -21,6 +23,29 @@ class ProbeOutcome:
     models: tuple[str, ...] | None = None
     reason: str = ""  # Unreachable | ProbeFailed | SecretNotFound | DialRefused | ComputeOperatorNotEnrolled
     message: str = ""
+    load: loads.Load | None = None  # what its /metrics reported (None: no /metrics, or no engine gauges on it)
+
+
+def saturation(member: Member, load: loads.Load) -> StatusCondition:
+    """The Saturated condition of a member that reports its load; its message has no figures, so a change of load
+    that does not cross a threshold records nothing."""
+    was = member.health is not None and member.health.saturated
+    if loads.saturated(load, was):
+        return StatusCondition(
+            type="Saturated",
+            status="True",
+            reason="QueueOrKVCacheFull",
+            observedGeneration=member.generation,
+            message=f"the member reports a KV cache at least {loads.SATURATED_KV:.0%} full or at least {loads.SATURATED_WAITING} "
+            f"requests waiting; the router sends it new requests only when every member is saturated",
+        )
+    return StatusCondition(
+        type="Saturated",
+        status="False",
+        reason="Headroom",
+        observedGeneration=member.generation,
+        message="the member reports room in its queue and KV cache",
+    )
 
 
 def health(member: Member, outcome: ProbeOutcome, transport: str) -> MemberHealthChanged:
@@ -69,6 +94,7 @@ def health(member: Member, outcome: ProbeOutcome, transport: str) -> MemberHealt
         observedGeneration=generation,
         message="echo backend: always ready" if member.spec.backend == "echo" else "GET /v1/models answered",
     )
+    found: tuple[StatusCondition, ...] = (ok, models) if outcome.load is None else (ok, models, saturation(member, outcome.load))
     return MemberHealthChanged(
         generation=generation,
         healthy=True,
@@ -76,7 +102,8 @@ def health(member: Member, outcome: ProbeOutcome, transport: str) -> MemberHealt
         advertised=advertised,
         missing=missing,
         transport=transport,
-        status=StatusSlice(conditions=(ok, models), phase="Healthy", fields={"transport": transport, "advertisedModels": list(advertised)}),
+        saturated=found[-1].type == "Saturated" and found[-1].status == "True",
+        status=StatusSlice(conditions=found, phase="Healthy", fields={"transport": transport, "advertisedModels": list(advertised)}),
     )
 
 
@@ -91,19 +118,27 @@ def serves(member: Member, model: str, traffic: Traffic) -> bool:
 @dataclass(frozen=True)
 class Candidates:
     declared: bool  # some member declares the model at all
+    accepted: bool  # some member that declares it accepts the API's format
     ready: list[Member]
 
 
-def candidates(members: Iterable[Member], model: str, traffic: dict[Any, Traffic]) -> Candidates:
-    declared = [m for m in members if model in m.declared]
-    return Candidates(bool(declared), [m for m in declared if serves(m, model, traffic.get(m.key) or Traffic())])
+def candidates(members: Members, model: str, api_format: str) -> Candidates:
+    """The members that may take a request for `model` in `api_format` now, in a stable order (by key)."""
+    keys = members.by_model.get(model)
+    if not keys:
+        return Candidates(False, False, [])
+    declared = [members.items[k] for k in sorted(keys)]
+    accepting = [m for m in declared if api_format in m.formats]
+    traffic = members.traffic
+    return Candidates(True, bool(accepting), [m for m in accepting if serves(m, model, traffic.get(m.key) or Traffic())])
 
 
-def pick(ready: list[Member], traffic: dict[Any, Traffic], turn: int) -> Member:
-    """Least outstanding requests; ties go round-robin so equal members share evenly."""
-    least = min((traffic[m.key].outstanding if m.key in traffic else 0) for m in ready)
-    tied = [m for m in ready if (traffic[m.key].outstanding if m.key in traffic else 0) == least]
-    return tied[turn % len(tied)]
+def saturated(member: Member) -> bool:
+    return member.health is not None and member.health.saturated
+
+
+def keys_of(members: list[Member]) -> list[Key]:
+    return [m.key for m in members]
 
 
 def _text_length(content: Any) -> int:

@@ -1,8 +1,10 @@
-"""The gateway service: members in, a probe per reconcile (and per tick), health decisions out.
+"""The router service: members in, a probe per reconcile (and per tick), health decisions out.
 
 Every router replica folds every member (it routes to any of them). With several replicas, each probes and
 records the health of the members in the partitions it holds a lease on (`leases`); a member another replica
 holds is probed here only when this router saw it fail a request, to clear its own failure mark, never recorded.
+Every replica reads every member's reported load (its /metrics) each tick, since every replica routes to it:
+the load of the members it probes comes with the probe, the others' is read on their own (`_read_loads`).
 """
 
 from __future__ import annotations
@@ -36,13 +38,35 @@ class RouterService(Service):
         self.runner: Runner | None = None
         self.leases = leases  # several router replicas: which partitions' members this one probes and records
         self._probing: set[asyncio.Task[None]] = set()
+        self._reprobes: dict[Key, asyncio.Task[None]] = {}  # one re-probe in flight per member
 
     def owns(self, key: Key) -> bool:
         return self.leases is None or self.leases.valid(key.partition)
 
     async def alongside(self, runner: Runner) -> None:
+        """The leases, and the load of the members other replicas probe; on stop, what is in flight is cancelled."""
+        duties = [asyncio.create_task(self._read_loads())]
         if self.leases is not None:
-            await self.leases.run()
+            duties.append(asyncio.create_task(self.leases.run()))
+        try:
+            await asyncio.gather(*duties)
+        finally:
+            tasks = [*duties, *self._probing, *self._reprobes.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._reprobes.clear()
+
+    async def _read_loads(self) -> None:
+        if self.leases is None:
+            await asyncio.Event().wait()  # one replica probes every member, and reads the load with each probe
+        while True:
+            await asyncio.sleep(self.resync_interval or DEFAULT_PROBE_INTERVAL)  # the probe tick
+            others = [m for key, m in list(self.members.items.items()) if not self.owns(key)]
+            found = await asyncio.gather(*(self.prober.load(m) for m in others), return_exceptions=True)
+            for member, load in zip(others, found, strict=True):
+                if member.key in self.members.items:
+                    self.members.traffic_of(member.key).load = None if isinstance(load, BaseException) else load
 
     async def gained(self, partition: str) -> None:
         """A partition's lease: its members are probed now, not at the next tick."""
@@ -70,8 +94,10 @@ class RouterService(Service):
         if member is None:
             return
         outcome, transport = await self.prober.probe(member)
+        traffic = self.members.traffic_of(key)
+        traffic.load = outcome.load
         if outcome.models is not None:
-            self.members.traffic_of(key).failed = False
+            traffic.failed = False
         if not effects.runner.owns(key):
             return  # another replica records this member's health; this probe only cleared our own mark
         decision = carried(decide.health(member, outcome, transport), member.health)
@@ -83,8 +109,8 @@ class RouterService(Service):
         """The router saw a member fail mid-request: no new traffic until a probe says otherwise."""
         self.members.traffic_of(key).failed = True
         log.warning("member failed a request", extra={"member": key.name, "reason": reason})
-        if self.runner is not None:
-            asyncio.get_running_loop().create_task(self._reprobe(key))
+        if self.runner is not None and key not in self._reprobes:  # one in flight is enough: it clears the mark for all
+            self._reprobes[key] = asyncio.get_running_loop().create_task(self._reprobe(key))
 
     async def _reprobe(self, key: Key) -> None:
         assert self.runner is not None
@@ -92,3 +118,5 @@ class RouterService(Service):
             await self.runner.reconcile(key)
         except Exception as exc:
             log.warning("re-probe failed: %s", exc, extra={"member": key.name})
+        finally:
+            self._reprobes.pop(key, None)

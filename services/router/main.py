@@ -1,9 +1,9 @@
 """Entry point: `python -m services.router` (see runtime/entry.py for the common environment).
 
 Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_ROUTER_HEADER_TIMEOUT/BODY_TIMEOUT/IDLE_TIMEOUT/
-MAX_CONNECTIONS (proxy.Limits), JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR and
-JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API: members come from the event stream, their
-credentials from the mounted secret store. `jetway up` builds the same objects in one process.
+MAX_CONNECTIONS/DRAIN_TIMEOUT (proxy.Limits), JETWAY_ROUTER_POLICY and its weights (policy.Settings),
+JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR and JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API:
+members come from the event stream, their credentials from the mounted secret store. `jetway up` builds the same objects in one process.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from runtime.entry import Context, Stop
 from runtime.leases import Leases, LeaseSettings
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
-from services.router import proxy
+from services.router import metrics, policy, proxy
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.probe import Prober
 from services.router.signal import SignalClient
@@ -43,6 +43,7 @@ def build(
     settings: RunnerSettings | None = None,
     leases: LeaseSettings | None = None,
     replica: str | None = None,
+    routing: policy.Settings | None = None,
 ) -> Router:
     """The router and its prober. With `leases`, one of several replicas: each routes to every member and probes
     the members of the partitions it holds a lease on (handlers.py)."""
@@ -55,8 +56,15 @@ def build(
     runner = Runner(service, nc, settings, owns=service.owns)
     service.runner = runner
     routes = proxy.Routes(
-        members=service.members, credentials=prober.credentials, on_failure=service.member_failed, signal=signals, pool=pool
+        members=service.members,
+        credentials=prober.credentials,
+        on_failure=service.member_failed,
+        signal=signals,
+        pool=pool,
+        settings=routing or policy.Settings(),
     )
+    members = service.members
+    metrics.watch_in_flight(lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())])
     return Router(service, runner, routes)
 
 
@@ -72,16 +80,18 @@ async def start(context: Context) -> list[Runnable]:
     )
     try:
         limits = proxy.Limits.from_env(lambda name: context.env(name) or None)
+        router.routes.settings = policy.Settings.from_env(lambda name: context.env(name) or None)
     except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
         raise SystemExit(f"router: {exc}") from None
+    router.routes.index = policy.PrefixIndex(router.routes.settings.index_blocks)
 
     async def serve() -> Stop:
-        server, _ = await proxy.serve(
+        serving = await proxy.listen(
             router.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080")), limits=limits
         )
 
         async def stop() -> None:
-            server.close()
+            await serving.drain()
 
         return stop
 

@@ -1,14 +1,18 @@
-"""Probing one member: echo is always ready; HTTP members answer GET {url}/v1/models;
-operator-signal members answer through their compute agent. Secrets are read on every probe."""
+"""Probing one member: echo is always ready; HTTP members answer GET {url}/v1/models, and their GET /metrics
+is read for the load they report (services/router/load.py); operator-signal members answer through their
+compute agent. Secrets are read on every probe, in a worker thread (a file read never blocks the router's
+loop), so a rotated secret is used from the next tick on; requests use what the last probe read."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import msgspec
 
 from contracts.subjects import Key
 from runtime.secrets import SecretSource, bearer_token
+from services.router import load as loads
 from services.router.decide import ProbeOutcome
 from services.router.projection import Member
 from services.router.signal import NoAgent, SignalClient
@@ -16,6 +20,7 @@ from services.router.upstream import DialRefused, Endpoint, TooLarge, UpstreamEr
 
 PROBE_TIMEOUT = 3.0
 MAX_MODELS_BODY = 4 * 1024 * 1024  # a model list is kilobytes; an endless one is read this far, then dropped
+MAX_METRICS_BODY = 8 * 1024 * 1024  # an engine's /metrics is 50-200 KiB
 
 
 class _Models(msgspec.Struct):
@@ -45,8 +50,8 @@ class Prober:
     def forget(self, key: Key) -> None:
         self.resolved.pop(key, None)
 
-    def _read_secret(self, name: str, field_name: str) -> bytes | ProbeOutcome:
-        value = self.secrets.get(name)
+    async def _read_secret(self, name: str, field_name: str) -> bytes | ProbeOutcome:
+        value = await asyncio.to_thread(self.secrets.get, name)
         if value is None:
             return ProbeOutcome(reason="SecretNotFound", message=f"secret {name!r} ({field_name}) not found in the secret store")
         return value
@@ -60,13 +65,13 @@ class Prober:
             return await self._probe_agent(spec.computeOperatorRef or ""), transport
         token = ""
         if spec.authSecretRef:
-            value = self._read_secret(spec.authSecretRef, "authSecretRef")
+            value = await self._read_secret(spec.authSecretRef, "authSecretRef")
             if isinstance(value, ProbeOutcome):
                 return value, transport
             token = bearer_token(value)
         bundle = None
         if spec.caFileRef:
-            value = self._read_secret(spec.caFileRef, "caFileRef")
+            value = await self._read_secret(spec.caFileRef, "caFileRef")
             if isinstance(value, ProbeOutcome):
                 return value, transport
             bundle = value
@@ -90,7 +95,28 @@ class Prober:
             return ProbeOutcome(reason="Unreachable", message=str(exc)), transport
         except ValueError as exc:  # e.g. a CA bundle that is not PEM
             return ProbeOutcome(reason="ProbeFailed", message=f"cannot use the CA bundle of caFileRef {spec.caFileRef!r}: {exc}"), transport
-        return self._judge(answer.status, answer.content), transport
+        outcome = self._judge(answer.status, answer.content)
+        if outcome.models is not None:
+            outcome = ProbeOutcome(models=outcome.models, load=await self.load(member))
+        return outcome, transport
+
+    async def load(self, member: Member) -> loads.Load | None:
+        """What the member reports on GET /metrics, with the credentials its last probe resolved; None when it
+        cannot tell (no /metrics, an error, no engine gauges): it still routes, by this router's own counts."""
+        resolved = self.resolved.get(member.key)
+        if resolved is None or member.spec.backend == "echo":
+            return None
+        endpoint, token = resolved
+        headers = [(b"accept", b"text/plain")]
+        if token:
+            headers.append((b"authorization", b"Bearer " + token.encode()))
+        try:
+            answer = await self.pool.fetch(endpoint, "GET", "/metrics", headers, timeout=self.timeout, max_body=MAX_METRICS_BODY)
+        except (UpstreamError, ValueError, OSError):
+            return None
+        if not 200 <= answer.status < 300:
+            return None
+        return loads.parse(answer.content)
 
     async def _probe_agent(self, agent: str) -> ProbeOutcome:
         if self.signal is None:

@@ -17,6 +17,8 @@ from contracts.events import Envelope, ResourceApplied, ResourceDeleted
 from contracts.gateway import MemberHealthChanged
 from contracts.poolmember import InferencePoolMemberSpec
 from contracts.subjects import SPEC, Key
+from services.router.apis import formats_of
+from services.router.load import Load
 
 # A change to any of these means the last probe no longer speaks for the member.
 CONNECTION_FIELDS = ("backend", "url", "authSecretRef", "caFileRef", "transport", "computeOperatorRef")
@@ -30,6 +32,7 @@ class Member:
     health: MemberHealthChanged | None = None
     probed_generation: int = 0  # the generation a health decision was last recorded for
     needs_probe: bool = True  # new, re-pointed or un-drained: not routable before a fresh probe
+    formats: frozenset[str] = frozenset()  # the API formats it accepts (services/router/apis.py)
 
     @property
     def name(self) -> str:
@@ -52,31 +55,35 @@ class Traffic:
 
     outstanding: int = 0
     failed: bool = False  # failed mid-request; cleared by the next successful probe
+    load: Load | None = None  # what the member last reported on its /metrics (services/router/load.py)
 
 
 @dataclass
 class Members:
-    snapshot_version = 1  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
     snapshot_skip = ("traffic",)  # live, per process: a restart starts with no request in flight
 
     items: dict[Key, Member] = field(default_factory=dict)
     traffic: dict[Key, Traffic] = field(default_factory=dict)
     by_model: dict[str, set[Key]] = field(default_factory=dict)
 
-    def _index(self) -> None:
-        index: dict[str, set[Key]] = {}
-        for key, member in self.items.items():
-            for model in member.declared:
-                index.setdefault(model, set()).add(key)
-        self.by_model = index
+    def _unindex(self, member: Member) -> None:
+        for model in member.declared:
+            keys = self.by_model.get(model)
+            if keys is not None:
+                keys.discard(member.key)
+                if not keys:
+                    del self.by_model[model]
 
     def fold(self, envelope: Envelope) -> None:
         event, key = envelope.event, envelope.key
         if envelope.facet == SPEC:
+            old = self.items.get(key)
+            if old is not None:
+                self._unindex(old)
             if isinstance(event, ResourceApplied):
                 spec = InferencePoolMemberSpec.model_validate(event.spec)
-                old = self.items.get(key)
-                member = Member(key, event.generation, spec)
+                member = Member(key, event.generation, spec, formats=formats_of(spec.backend, event.labels))
                 if old is not None:
                     member.health, member.probed_generation = old.health, old.probed_generation
                     repointed = any(getattr(old.spec, f) != getattr(spec, f) for f in CONNECTION_FIELDS)
@@ -84,10 +91,11 @@ class Members:
                     member.needs_probe = old.needs_probe or repointed or undrained
                 self.items[key] = member
                 self.traffic.setdefault(key, Traffic())
+                for model in member.declared:
+                    self.by_model.setdefault(model, set()).add(key)
             elif isinstance(event, ResourceDeleted):
                 self.items.pop(key, None)
                 self.traffic.pop(key, None)  # a request still in flight holds its own reference
-            self._index()
         elif isinstance(event, MemberHealthChanged):
             probed = self.items.get(key)
             if probed is not None and event.generation >= probed.probed_generation:

@@ -1,15 +1,19 @@
 """The OpenAI-compatible router over InferencePoolMembers.
 
-    GET  /v1/models                      models that some ready member serves
-    POST /v1/chat/completions            streamed (SSE, chunk by chunk) or not
-    POST /v1/completions
+    POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/audio/transcriptions,
+         /v1/messages (Anthropic), /tokenize, /detokenize, /v1/rerank, /v1/score
+                                         routed by the body's `model` (the form field for audio), streamed as sent
+    GET  /v1/models                      models that some ready member serves (a client key's allowed ones)
+    GET  /metrics                        Prometheus (services/router/metrics.py); not here when client keys are required
     GET  /v1/chat/agents/operator        supports_multi_conversation: AND over every member, read live
 
-A request goes to a ready member (probed healthy for its current spec, not draining, not
-failed since its last probe, advertising the model) with the fewest requests in flight.
-Errors are OpenAI-shaped: 400 malformed, 404 unknown model, 413 over the context window
-(estimated, the estimate stated), 503 when no member can take it. A member that fails before
-answering is marked failed, re-probed, and the request retried once on another member.
+A request goes to a ready member (probed healthy for its current spec, not draining, not failed since its
+last probe, advertising the model, accepting the API's format: services/router/apis.py), chosen by the
+router's policy (services/router/policy.py; the `x-jetway-route` response header says which and why).
+Errors are in the called API's shape: 400 malformed, 401/403 client keys, 404 unknown model or format,
+413 over the context window (estimated, the estimate stated), 429 over a key's limit, 503 when no member can
+take it. A member that fails before answering is marked failed, re-probed, and the request retried once
+on another member.
 
 The HTTP server is an asyncio protocol over httptools (the parser uvicorn uses): the router's
 cost is per-request overhead, so it avoids a framework's (docs/router.md has the figures).
@@ -24,14 +28,19 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import httptools
 import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from contracts.documents import DocumentError, load_json
 from contracts.subjects import Key
-from services.router import decide, echo
+from services.router import decide, echo, policy
+from services.router.apis import APIS, Api, boundary_of, form_field
+from services.router.apis import error as api_error
+from services.router.apis import openai_error as openai_error
+from services.router.metrics import USAGE_TAIL, Recorder, usage
 from services.router.projection import Member, Members
 from services.router.signal import ClientTooSlow
 from services.router.upstream import BeforeResponse, Connection, Endpoint, UpstreamError, UpstreamPool
@@ -42,14 +51,10 @@ MAX_HEAD = 64 * 1024  # request line and headers (httptools keeps a header whole
 LINGER = 2.0  # after a refusal, read and drop what the client still sends, so it gets the answer, not a reset
 RESPONSE_TIMEOUT = 600.0  # a long generation may think for minutes before its first token
 HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"proxy-connection", b"te", b"trailer", b"upgrade"}
-FORWARDED_REQUEST_HEADERS = {b"accept", b"user-agent", b"x-request-id", b"openai-organization"}
+FORWARDED_REQUEST_HEADERS = {b"accept", b"user-agent", b"x-request-id", b"openai-organization", b"anthropic-version", b"anthropic-beta"}
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
-
-
-def openai_error(status: int, message: str, kind: str, code: str, param: str | None = None) -> tuple[int, bytes]:
-    return status, _encode({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
 @dataclass(frozen=True)
@@ -63,16 +68,18 @@ class Limits:
     body_timeout: float = 60.0  # the end of the headers to the end of the body (16 MiB at ~2 Mbit/s)
     idle_timeout: float = 75.0  # a keep-alive connection with no request in progress
     max_connections: int = 4096  # past it a new connection gets a 503 and is closed
+    drain_timeout: float = 30.0  # on SIGTERM: how long requests and streams in progress may go on (Listener.drain)
 
     ENV = {
         "header_timeout": "JETWAY_ROUTER_HEADER_TIMEOUT",
         "body_timeout": "JETWAY_ROUTER_BODY_TIMEOUT",
         "idle_timeout": "JETWAY_ROUTER_IDLE_TIMEOUT",
         "max_connections": "JETWAY_ROUTER_MAX_CONNECTIONS",
+        "drain_timeout": "JETWAY_ROUTER_DRAIN_TIMEOUT",
     }
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout", "body_timeout", "idle_timeout", "max_connections"):
+        for name in ("header_timeout", "body_timeout", "idle_timeout", "max_connections", "drain_timeout"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"router {name.replace('_', ' ')} must be a positive number (got {value!r})")
@@ -114,7 +121,25 @@ class Listener:
         self.now = self.loop.time()  # the coarse clock deadlines are set by, moved by each sweep
         self.tick = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4, limits.idle_timeout / 4)
         self.server: asyncio.Server | None = None
+        self.draining = False
         self.handle = self.loop.call_later(self.tick, self._sweep)
+
+    async def drain(self, grace: float) -> int:
+        """Stop accepting, let requests in progress (streams too) finish for up to `grace` seconds, then close every
+        connection. Idle keep-alive connections close at once; a busy one after its answer. Returns how many
+        requests were cut off at the end of the grace."""
+        self.draining = True
+        if self.server is not None:
+            self.server.close()
+        for connection in [c for c in self.connections if not c.busy]:
+            connection.close()
+        deadline = self.loop.time() + grace
+        while any(c.busy for c in self.connections) and self.loop.time() < deadline:
+            await asyncio.sleep(0.05)  # polled: the wait ends with the last answer, or the grace
+        cut = [c for c in self.connections if c.busy]
+        for connection in list(self.connections):
+            connection.abort(hard=True)
+        return len(cut)
 
     def _sweep(self) -> None:
         self.now = now = self.loop.time()
@@ -141,16 +166,43 @@ class Request:
     keep_alive: bool
 
 
+class ClientKeys(Protocol):
+    """Client keys (services/router/keys.py): who may call, for which models, how often."""
+
+    def admit(self, headers: dict[bytes, bytes], model: str | None, now: float) -> Admission: ...
+
+    def spend(self, admission: Admission, tokens: int, now: float) -> None: ...
+
+    def models(self, admission: Admission, served: list[str]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A client key's verdict on a request: `refusal` (status, message, retry-after) or the key's name."""
+
+    name: str = ""
+    refusal: tuple[int, str, int] | None = None
+    key: Any = None
+
+
 @dataclass
 class Routes:
-    """What the router needs from the gateway service, and nothing more."""
+    """What the router needs from the router service, and nothing more."""
 
     members: Members
     credentials: Callable[[Key], tuple[Endpoint, str] | None]  # the endpoint and bearer token the last probe resolved
     on_failure: Callable[[Key, str], None]  # mark a member failed and ask for a probe
     signal: Any = None  # services.router.signal.SignalClient for operator-signal members
     pool: UpstreamPool = field(default_factory=UpstreamPool)
+    settings: policy.Settings = field(default_factory=policy.Settings)
+    keys: ClientKeys | None = None  # None: any client may call (client keys off)
     turn: int = 0
+    recorder: Recorder = field(default_factory=Recorder)
+    index: policy.PrefixIndex = field(init=False)
+    sessions: policy.Sessions = field(default_factory=policy.Sessions)
+
+    def __post_init__(self) -> None:
+        self.index = policy.PrefixIndex(self.settings.index_blocks)
 
 
 class HttpConnection(asyncio.Protocol):
@@ -180,6 +232,8 @@ class HttpConnection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._size = 0
         # response state
+        self.started = 0.0  # when the request in progress was read (loop time)
+        self.status = 0  # the status of the answer in progress
         self.chunked = False
         self.keep_alive = True
         self.head_sent = False
@@ -301,7 +355,7 @@ class HttpConnection(asyncio.Protocol):
                     self.respond(*openai_error(500, "internal router error", "server_error", "internal_error"))
                 else:
                     self.abort()
-            if not self.keep_alive:
+            if not self.keep_alive or self.listener.draining:
                 self.close()
                 return
         self.busy = False
@@ -365,6 +419,9 @@ class HttpConnection(asyncio.Protocol):
     # --- writing ---------------------------------------------------------------------------
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None) -> None:
+        self.status = status
+        if self.listener.draining:
+            self.keep_alive = False  # stopping: this answer is the connection's last
         lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Status"))]
         lines += [name + b": " + value + b"\r\n" for name, value in headers]
         if length is None:
@@ -410,13 +467,23 @@ class HttpConnection(asyncio.Protocol):
 
 
 class Relay:
-    """An upstream response passed to the client as it arrives: no buffering, with backpressure."""
+    """An upstream response passed to the client as it arrives: no buffering, with backpressure.
 
-    def __init__(self, client: HttpConnection, member: str) -> None:
+    On the way it notes what the metrics want, without copying: the status, when the first body bytes came
+    and how many SSE events followed (a stream's time to first token and inter-token latency), and the last
+    bytes, where the upstream's `usage` is."""
+
+    def __init__(self, client: HttpConnection, member: str, route_header: bytes = b"") -> None:
         self.client = client
         self.member = member.encode()
+        self.route_header = route_header
         self.connection: Connection | None = None
         self.pending: list[bytes] = []  # body chunks of the current read, written together by flush()
+        self.streaming = False
+        self.first_at = 0.0
+        self.last_at = 0.0
+        self.events = 0
+        self.tail = (b"", b"")  # the last two chunks: `usage` may straddle them
 
     def attach(self, connection: Connection) -> None:
         self.connection = connection
@@ -440,10 +507,22 @@ class Relay:
             return
         kept = [(n, v) for n, v in headers if n.lower() not in HOP_BY_HOP]
         length = next((int(v) for n, v in headers if n.lower() == b"content-length" and v.isdigit()), None)
-        self.client.start(status, [*kept, (b"x-jetway-member", self.member)], length)
+        self.streaming = any(n.lower() == b"content-type" and v.startswith(b"text/event-stream") for n, v in headers)
+        extra = (
+            [(b"x-jetway-member", self.member), (b"x-jetway-route", self.route_header)]
+            if self.route_header
+            else [(b"x-jetway-member", self.member)]
+        )
+        self.client.start(status, [*kept, *extra], length)
 
     def body(self, chunk: bytes) -> None:
         self.pending.append(chunk)
+        if self.streaming:
+            self.last_at = now = self.client.listener.loop.time()
+            if not self.first_at:
+                self.first_at = now
+            self.events += chunk.count(b"data:")
+        self.tail = (self.tail[1], chunk)
 
     def _drop(self, chunk: bytes) -> None:
         pass
@@ -460,106 +539,179 @@ class Relay:
         self.client.end()
         self.client.upstream = None
 
+    def usage(self) -> tuple[int, int]:
+        before, last = self.tail
+        return usage(last if len(last) >= USAGE_TAIL else (before[-USAGE_TAIL:] + last))
+
 
 async def route(client: HttpConnection, request: Request) -> None:
     routes: Routes = client.routes
     path, method = request.path.rstrip("/") or "/", request.method
-    if path in ("/v1/chat/completions", "/v1/completions"):
+    api = APIS.get(path)
+    if api is not None:
         if method != "POST":
-            client.respond(*openai_error(405, f"{path} accepts POST", "invalid_request_error", "method_not_allowed"))
+            client.respond(*api_error(api, 405, f"{path} accepts POST", "invalid_request_error", "method_not_allowed"))
             return
-        await complete(client, request, chat=path == "/v1/chat/completions")
+        await infer(client, request, api)
     elif path == "/v1/models" and method == "GET":
-        client.respond(200, models(routes))
+        admission = _admit(client, request, None, None)
+        if admission is not None:
+            client.respond(200, models(routes, admission))
+    elif path == "/metrics" and method == "GET" and routes.keys is None:
+        exposition = await asyncio.to_thread(generate_latest, REGISTRY)  # a few ms for a large registry: not on the loop
+        client.respond(200, exposition, CONTENT_TYPE_LATEST.encode())
     elif path == "/v1/chat/agents/operator" and method == "GET":
         supports = all((m.spec.traits.supportsMultiConversation if m.spec.traits else True) for m in routes.members.items.values())
         client.respond(200, _encode({"id": "operator", "supports_multi_conversation": supports}))
-    elif path in ("/healthz", "/livez", "/readyz") and method == "GET":
+    elif path in ("/healthz", "/livez") and method == "GET":
         client.respond(200, b'{"ok":true}')
+    elif path == "/readyz" and method == "GET":
+        draining = client.listener.draining
+        client.respond(503 if draining else 200, b'{"ok":false,"draining":true}' if draining else b'{"ok":true}')
     else:
         client.respond(*openai_error(404, f"no route {method} {request.path}", "invalid_request_error", "not_found"))
 
 
-def models(routes: Routes) -> bytes:
+def _admit(client: HttpConnection, request: Request, api: Api | None, model: str | None) -> Admission | None:
+    """The client key's admission, or None once the refusal is answered (401, 403, 429)."""
+    keys = client.routes.keys
+    if keys is None:
+        return Admission()
+    admission = keys.admit(request.headers, model, client.listener.loop.time())
+    if admission.refusal is None:
+        return admission
+    status, message, retry_after = admission.refusal
+    kind, code = {
+        401: ("invalid_request_error", "invalid_api_key"),
+        403: ("invalid_request_error", "model_not_allowed"),
+        429: ("rate_limit_error", "rate_limit_exceeded"),
+    }.get(status, ("invalid_request_error", "refused"))
+    extra = [(b"retry-after", str(retry_after).encode())] if retry_after else None
+    if status == 401:
+        extra = [*(extra or []), (b"www-authenticate", b"Bearer")]
+    client.respond(*api_error(api, status, message, kind, code), extra=extra)
+    if admission.name:
+        client.routes.recorder.key(admission.name, status, 0)
+    return None
+
+
+def models(routes: Routes, admission: Admission) -> bytes:
     served: dict[str, list[str]] = {}
     for member in routes.members.items.values():
         traffic = routes.members.traffic_of(member.key)
         for model in member.declared:
             if decide.serves(member, model, traffic):
                 served.setdefault(model, []).append(member.name)
+    allowed = set(routes.keys.models(admission, list(served))) if routes.keys is not None else served
     data = [
         {"id": model, "object": "model", "created": 0, "owned_by": "jetway", "members": sorted(names)}
         for model, names in sorted(served.items())
+        if model in allowed
     ]
     return _encode({"object": "list", "data": data})
 
 
-def _bad(message: str, param: str | None = None) -> tuple[int, bytes]:
-    return openai_error(400, message, "invalid_request_error", "invalid_request", param)
+def _bad(api: Api, message: str, param: str | None = None) -> tuple[int, bytes]:
+    return api_error(api, 400, message, "invalid_request_error", "invalid_request", param)
 
 
-async def complete(client: HttpConnection, request: Request, *, chat: bool) -> None:
-    routes = client.routes
+def _read(api: Api, request: Request) -> tuple[str, dict[str, Any] | None] | tuple[int, bytes]:
+    """The model a request names and its JSON body (None for a form), or the 400 to answer."""
+    if api.multipart:
+        boundary = boundary_of(request.headers.get(b"content-type", b""))
+        if boundary is None:
+            return _bad(api, f"{api.path} takes a multipart/form-data body")
+        model = form_field(request.body, boundary, "model")
+        if not model:
+            return _bad(api, "the form field 'model' is required", "model")
+        return model, None
     try:
         body = load_json(request.body) if request.body else None  # depth-bounded (contracts/documents.py)
     except DocumentError as exc:
-        client.respond(*_bad(f"cannot read the request body: {exc}"))
-        return
+        return _bad(api, f"cannot read the request body: {exc}")
     if not isinstance(body, dict):
-        client.respond(*_bad("the request body must be a JSON object"))
-        return
+        return _bad(api, "the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        client.respond(*_bad("'model' is required and must be a string", "model"))
+        return _bad(api, "'model' is required and must be a string", "model")
+    if api.prompt_field == "messages" and not isinstance(body.get("messages"), list):
+        return _bad(api, "'messages' is required and must be a list", "messages")
+    if api.prompt_field == "prompt" and not isinstance(body.get("prompt"), str | list):
+        return _bad(api, "'prompt' is required and must be a string or a list", "prompt")
+    return model, body
+
+
+async def infer(client: HttpConnection, request: Request, api: Api) -> None:
+    client.started = started = client.listener.loop.time()
+    read = _read(api, request)
+    if isinstance(read[0], int):
+        client.respond(*read)
         return
-    if chat and not isinstance(body.get("messages"), list):
-        client.respond(*_bad("'messages' is required and must be a list", "messages"))
+    model, body = read
+    admission = _admit(client, request, api, model)
+    if admission is None:
         return
-    if not chat and not isinstance(body.get("prompt"), str | list):
-        client.respond(*_bad("'prompt' is required and must be a string or a list", "prompt"))
-        return
-    stream = body.get("stream") is True
-    members = routes.members
-    found = decide.candidates(members.items.values(), model, members.traffic)
+    member_name, tokens = "", 0
+    try:
+        member_name, tokens = await _dispatch(client, request, api, model, body)
+    finally:
+        routes = client.routes
+        routes.recorder.answered(model, member_name, api.path, client.status, client.listener.loop.time() - started)
+        if admission.name:
+            routes.recorder.key(admission.name, client.status, tokens)
+            if routes.keys is not None and tokens:
+                routes.keys.spend(admission, tokens, client.listener.loop.time())
+
+
+async def _dispatch(client: HttpConnection, request: Request, api: Api, model: str, body: dict[str, Any] | None) -> tuple[str, int]:
+    """Choose a member and forward; (the member that answered, the tokens its `usage` reported)."""
+    routes = client.routes
+    found = decide.candidates(routes.members, model, api.format)
     if not found.declared:
-        client.respond(
-            *openai_error(
-                404,
-                f"the model {model!r} does not exist (no member declares it; GET /v1/models lists them)",
-                "invalid_request_error",
-                "model_not_found",
-                "model",
-            )
-        )
-        return
-    needed = decide.estimate(body, chat)
-    fitting = [m for m in found.ready if decide.fits(m, model, needed)]
-    if found.ready and not fitting:
-        windows = [w for m in found.ready if (w := m.window(model))]
-        client.respond(
-            *openai_error(
-                413,
-                decide.too_large_message(model, needed, windows),
-                "invalid_request_error",
-                "context_length_exceeded",
-                "messages" if chat else "prompt",
-            )
-        )
-        return
+        message = f"the model {model!r} does not exist (no member declares it; GET /v1/models lists them)"
+        client.respond(*api_error(api, 404, message, "invalid_request_error", "model_not_found", "model"))
+        return "", 0
+    if not found.accepted:
+        message = f"no member that serves {model!r} accepts {api.path} (the {api.format} API format; docs/router.md, API formats)"
+        client.respond(*api_error(api, 404, message, "invalid_request_error", "unsupported_api", "model"))
+        return "", 0
+    fitting = found.ready
+    if api.prompt_field is not None and body is not None:
+        chat = api.prompt_field == "messages"
+        needed = decide.estimate(body, chat)
+        fitting = [m for m in found.ready if decide.fits(m, model, needed)]
+        if found.ready and not fitting:
+            windows = [w for m in found.ready if (w := m.window(model))]
+            message = decide.too_large_message(model, needed, windows)
+            client.respond(*api_error(api, 413, message, "invalid_request_error", "context_length_exceeded", api.prompt_field))
+            return "", 0
+    settings = routes.settings
+    hashes: list[int] = []
+    if settings.policy == policy.PREFIX_CACHE and body is not None:
+        hashes = policy.block_hashes(policy.prompt_text(body), settings.block_chars, settings.max_blocks)
+    session = _session(request, body)
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
-    for _ in range(2):
+    for attempt in range(2):
         ready = [m for m in fitting if m.key not in tried]
         if not ready:
             break
-        member = decide.pick(ready, members.traffic, routes.turn)
-        routes.turn += 1
+        if attempt:
+            routes.recorder.retried(model)
+        member, choice = _choose(routes, ready, hashes, session)
         tried.add(member.key)
-        traffic = members.traffic_of(member.key)
+        traffic = routes.members.traffic_of(member.key)
         traffic.outstanding += 1
         try:
-            await forward(client, request, member, body, model, chat=chat, stream=stream)
-            return
+            relay = await forward(client, request, member, body, model, api, choice.header(settings.policy))
+            if relay is None:
+                return member.name, 0
+            prompt, completion = relay.usage()
+            if prompt or completion:
+                routes.recorder.tokens(model, member.name, prompt, completion)
+            if relay.first_at:
+                routes.recorder.stream(model, member.name, relay.first_at - client.started, relay.events, relay.last_at - relay.first_at)
+            return member.name, prompt + completion
         except BeforeResponse as exc:
             last_error = f"member {member.name}: {exc}"
             if not client.closed:
@@ -567,62 +719,132 @@ async def complete(client: HttpConnection, request: Request, *, chat: bool) -> N
         except ClientTooSlow as exc:  # the client's doing, not the member's: drop what waits for it
             log.warning("client dropped: %s", exc, extra={"member": member.name})
             client.abort(hard=True)
-            return
+            return member.name, 0
         except UpstreamError as exc:  # failed after the client got bytes: nothing to retry
             if not client.closed:  # a client that left closed the upstream itself: not the member's failure
                 routes.on_failure(member.key, str(exc))
             client.abort()
-            return
+            return member.name, 0
         finally:
             traffic.outstanding -= 1
-    client.respond(
-        *openai_error(503, f"no member can take a request for {model!r} now: {last_error}", "server_error", "upstream_unavailable"),
-        extra=[(b"retry-after", b"1")],
-    )
+    message = f"no member can take a request for {model!r} now: {last_error}"
+    routes.recorder.unavailable(model)
+    client.respond(*api_error(api, 503, message, "server_error", "upstream_unavailable"), extra=[(b"retry-after", b"1")])
+    return "", 0
+
+
+def _session(request: Request, body: dict[str, Any] | None) -> str | None:
+    """A session to keep on one member: `x-session-id`, else the OpenAI `user` field."""
+    header = request.headers.get(b"x-session-id")
+    if header:
+        return header.decode("latin-1")
+    user = body.get("user") if body is not None else None
+    return user if isinstance(user, str) and user else None
+
+
+def _choose(routes: Routes, ready: list[Member], hashes: list[int], session: str | None) -> tuple[Member, policy.Choice]:
+    traffic = routes.members.traffic
+    matched = routes.index.matched(hashes, [m.key for m in ready]) if hashes else [0] * len(ready)
+    views = []
+    for member, blocks in zip(ready, matched, strict=True):
+        live = traffic.get(member.key)
+        load = live.load if live is not None else None
+        views.append(
+            policy.View(
+                outstanding=live.outstanding if live is not None else 0,
+                waiting=load.waiting if load is not None else 0,
+                kv=(load.kv or 0.0) if load is not None else 0.0,
+                saturated=decide.saturated(member),
+                matched=blocks,
+            )
+        )
+    held = routes.sessions.get(session) if session else None
+    index = policy.sticky(views, [m.key for m in ready], held)
+    if index is not None:
+        blocks = len(hashes)
+        choice = policy.Choice(index, "session", prefix=views[index].matched / blocks if blocks else 0.0)
+    else:
+        choice = policy.choose(routes.settings, views, len(hashes), routes.turn)
+        routes.turn += 1
+    member = ready[choice.index]
+    if hashes:
+        routes.index.record(hashes, member.key)
+    if session:
+        routes.sessions.put(session, member.key)
+    routes.recorder.chose(routes.settings.policy, choice.reason)
+    return member, choice
 
 
 async def forward(
-    client: HttpConnection, request: Request, member: Member, body: dict[str, Any], model: str, *, chat: bool, stream: bool
-) -> None:
+    client: HttpConnection, request: Request, member: Member, body: dict[str, Any] | None, model: str, api: Api, route_header: bytes
+) -> Relay | None:
+    """Send the request to `member` and relay its answer; the Relay (None for an echo member's own answer)."""
     routes = client.routes
     name = member.name.encode()
     if member.spec.backend == "echo":
+        chat = api.prompt_field == "messages"
+        assert body is not None  # echo accepts openai-chat only: a JSON body
         found = echo.problem(body, chat)
         if found:
-            client.respond(*_bad(*found))
-            return
-        if stream:
+            client.respond(*_bad(api, *found))
+            return None
+        extra = [(b"x-jetway-member", name), (b"x-jetway-route", route_header)]
+        if body.get("stream") is True:
             events = echo.stream(body, model, chat)  # all of it before the head: nothing can fail after a 200
-            client.start(200, [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-jetway-member", name)], None)
+            client.start(200, [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), *extra], None)
             for event in events:
                 client.write(event)
             client.end()
         else:
-            client.respond(200, echo.answer(body, model, chat), extra=[(b"x-jetway-member", name)])
-        return
-    headers = [(b"content-type", b"application/json")] + [(n, v) for n, v in request.headers.items() if n in FORWARDED_REQUEST_HEADERS]
-    relay = Relay(client, member.name)
+            client.respond(200, echo.answer(body, model, chat), extra=extra)
+        return None
+    content_type = request.headers.get(b"content-type", b"application/json") if api.multipart else b"application/json"
+    headers = [(b"content-type", content_type)] + [(n, v) for n, v in request.headers.items() if n in FORWARDED_REQUEST_HEADERS]
+    relay = Relay(client, member.name, route_header)
     if member.spec.transport == "operator-signal":
         if routes.signal is None:
             raise BeforeResponse("operator-signal transport is not available")
         await routes.signal.forward(member.spec.computeOperatorRef or "", request.method, request.path, headers, request.body, relay)
-        return
+        return relay
     resolved = routes.credentials(member.key)
     if resolved is None:
         raise BeforeResponse("not probed yet")
     endpoint, token = resolved
     if token:
         headers.append((b"authorization", b"Bearer " + token.encode()))
+        if api.anthropic:
+            headers.append((b"x-api-key", token.encode()))  # Anthropic-style servers read this one
     try:
         await routes.pool.send(endpoint, request.method, request.path, headers, request.body, relay, response_timeout=RESPONSE_TIMEOUT)
     finally:
         client.upstream = None
+    return relay
+
+
+@dataclass
+class Serving:
+    """A listening router: `drain()` on SIGTERM, `close()` to stop at once."""
+
+    server: asyncio.Server
+    listener: Listener
+    port: int
+
+    async def drain(self) -> int:
+        return await self.listener.drain(self.listener.limits.drain_timeout)
+
+    def close(self) -> None:
+        self.server.close()
 
 
 async def serve(routes: Routes, host: str, port: int, *, limits: Limits | None = None) -> tuple[asyncio.Server, int]:
+    serving = await listen(routes, host, port, limits=limits)
+    return serving.server, serving.port
+
+
+async def listen(routes: Routes, host: str, port: int, *, limits: Limits | None = None) -> Serving:
     loop = asyncio.get_running_loop()
     listener = Listener(routes, limits or Limits())
     server = await loop.create_server(lambda: HttpConnection(listener), host, port, reuse_address=True, backlog=1024)
     listener.server = server
     bound = server.sockets[0].getsockname()[1]
-    return server, int(bound)
+    return Serving(server, listener, int(bound))

@@ -10,7 +10,7 @@ from contracts.conditions import carried, same_decision
 from contracts.poolmember import InferencePoolMemberSpec
 from contracts.rules.urls import refused_address, url_host
 from contracts.subjects import Key
-from services.router import decide
+from services.router import decide, policy
 from services.router.decide import Estimate, ProbeOutcome
 from services.router.probe import advertised
 from services.router.projection import Member, Traffic
@@ -80,12 +80,11 @@ def test_echo_serves_what_it_declares() -> None:
     assert decide.serves(m, "m", Traffic())
 
 
-def test_pick_least_outstanding_then_round_robin() -> None:
-    a, b, c = (healthy(member(n)) for n in "abc")
-    traffic = {a.key: Traffic(outstanding=2), b.key: Traffic(outstanding=1), c.key: Traffic(outstanding=1)}
-    assert [decide.pick([a, b, c], traffic, turn).name for turn in range(4)] == ["b", "c", "b", "c"]
-    traffic[a.key].outstanding = 0
-    assert decide.pick([a, b, c], traffic, 1).name == "a"
+def test_least_outstanding_then_round_robin() -> None:
+    views = [policy.View(outstanding=2), policy.View(outstanding=1), policy.View(outstanding=1)]
+    assert [policy.least_outstanding(views, turn).index for turn in range(4)] == [1, 2, 1, 2]
+    views[0] = policy.View(outstanding=0)
+    assert policy.least_outstanding(views, 1).index == 0
 
 
 def test_estimate_counts_characters_messages_and_max_tokens() -> None:

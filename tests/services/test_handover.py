@@ -171,7 +171,7 @@ async def test_a_fresh_gateway_has_the_same_members_and_routes_to_the_same_ones(
             assert members.items == live.items and members.by_model == live.by_model
 
             def routable(found: Members) -> list[str]:
-                return sorted(m.name for m in decide.candidates(found.items.values(), "qwen", found.traffic).ready)
+                return sorted(m.name for m in decide.candidates(found, "qwen", "openai-chat").ready)
 
             assert routable(members) == routable(live) == ["gpu-a", "gpu-b"]
             assert all(t.outstanding == 0 and not t.failed for t in members.traffic.values())

@@ -1,0 +1,308 @@
+"""Which ready member takes a request: the routing policies, pure (docs/router.md, "Routing policies").
+
+    least-outstanding  fewest requests in flight from this router; ties round-robin
+    round-robin        in turn
+    prefix-cache       (the default) a score per member: prefix-cache locality, minus queue and KV-cache use,
+                       among the members under a load bound
+
+Prefix-cache locality is approximate, as llm-d's approximate prefix-cache producer is: the prompt is cut into
+fixed-size character blocks hashed as a chain (a block's hash covers every block before it, so equal hashes
+mean equal prefixes), and an LRU index remembers which member was recently sent which block hashes. A
+member's locality is the fraction of the prompt's blocks it was sent, from the first block on.
+
+Bounded load (consistent hashing with bounded loads, Mirrokni et al.): a member whose load would pass
+`load_bound` times the average is not chosen while another is under it, so a hot prefix spills over to
+other members instead of piling onto one. Load is this router's requests in flight to the member plus the
+queue the member reports on its /metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+LEAST_OUTSTANDING = "least-outstanding"
+ROUND_ROBIN = "round-robin"
+PREFIX_CACHE = "prefix-cache"
+POLICIES = (PREFIX_CACHE, LEAST_OUTSTANDING, ROUND_ROBIN)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A router's policy and its weights: `--router-policy` ... flags of `jetway up`, or JETWAY_ROUTER_* variables."""
+
+    policy: str = PREFIX_CACHE
+    prefix_weight: float = 3.0  # a whole prompt cached is worth this much
+    queue_weight: float = 2.0  # the most loaded candidate costs this much
+    kv_weight: float = 1.0  # a full KV cache costs this much
+    load_bound: float = 1.25  # no member past this multiple of the average load while another is under it
+    block_chars: int = 64  # characters per hashed block (about 16 tokens)
+    max_blocks: int = 256  # blocks hashed per prompt: the first 16 KiB of a prompt decides its locality
+    index_blocks: int = 262_144  # block hashes the index remembers (LRU)
+
+    ENV = {
+        "policy": "JETWAY_ROUTER_POLICY",
+        "prefix_weight": "JETWAY_ROUTER_PREFIX_WEIGHT",
+        "queue_weight": "JETWAY_ROUTER_QUEUE_WEIGHT",
+        "kv_weight": "JETWAY_ROUTER_KV_WEIGHT",
+        "load_bound": "JETWAY_ROUTER_LOAD_BOUND",
+        "block_chars": "JETWAY_ROUTER_BLOCK_CHARS",
+        "max_blocks": "JETWAY_ROUTER_MAX_BLOCKS",
+        "index_blocks": "JETWAY_ROUTER_INDEX_BLOCKS",
+    }
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"router policy must be one of {', '.join(POLICIES)} (got {self.policy!r})")
+        for name in ("prefix_weight", "queue_weight", "kv_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"router {name.replace('_', ' ')} must be a number, 0 or more (got {value!r})")
+        if not (math.isfinite(self.load_bound) and self.load_bound >= 1):
+            raise ValueError(f"router load bound must be a number, 1 or more (got {self.load_bound!r})")
+        for name in ("block_chars", "max_blocks", "index_blocks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"router {name.replace('_', ' ')} must be a whole number, 1 or more (got {getattr(self, name)!r})")
+
+    @classmethod
+    def from_env(cls, env: Callable[[str], str | None], **given: Any) -> Settings:
+        """From JETWAY_ROUTER_* (`env` is os.environ.get or alike); values in `given` that are not None (flags)
+        win. ValueError names the variable at fault."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in cls.ENV:
+                continue
+            if given.get(f.name) is not None:
+                values[f.name] = given[f.name]
+                continue
+            variable, text = cls.ENV[f.name], env(cls.ENV[f.name])
+            if text is None or text == "":
+                continue
+            if f.name == "policy":
+                values[f.name] = text
+                continue
+            whole = f.type in ("int", int)
+            try:
+                values[f.name] = int(text) if whole else float(text)
+            except ValueError:
+                raise ValueError(f"{variable} must be a {'whole ' if whole else ''}number (got {text!r})") from None
+        for name, value in values.items():  # each alone first, so the error names its variable
+            try:
+                cls(**{name: value})
+            except ValueError as exc:
+                raise ValueError(f"{cls.ENV[name]}: {exc}") from None
+        return cls(**values)
+
+
+# --- the prefix index ------------------------------------------------------------------------------
+
+
+def block_hashes(text: str, block_chars: int, max_blocks: int) -> list[int]:
+    """The chained hashes of the prompt's whole blocks (a partial last block is not cached by engines either)."""
+    hashes: list[int] = []
+    previous = 0
+    end = min(len(text) // block_chars, max_blocks) * block_chars
+    for start in range(0, end, block_chars):
+        previous = hash((previous, text[start : start + block_chars]))
+        hashes.append(previous)
+    return hashes
+
+
+class PrefixIndex:
+    """Which members were recently sent which block hashes; the least recently used block is forgotten first.
+
+    In memory, per router process: it approximates what the members' caches hold, and a restart or another
+    replica starts without it (the first requests then go by load, and build it again)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: OrderedDict[int, dict[Hashable, None]] = OrderedDict()
+
+    def matched(self, hashes: Sequence[int], keys: Sequence[Hashable]) -> list[int]:
+        """For each key, how many of the leading `hashes` it was sent."""
+        counts = dict.fromkeys(keys, 0)
+        alive = set(keys)
+        for depth, block in enumerate(hashes):
+            holders = self.blocks.get(block)
+            if holders is None:
+                break
+            alive = {k for k in alive if k in holders}
+            if not alive:
+                break
+            for key in alive:
+                counts[key] = depth + 1
+        return [counts[k] for k in keys]
+
+    def record(self, hashes: Sequence[int], key: Hashable) -> None:
+        blocks = self.blocks
+        for block in hashes:
+            holders = blocks.get(block)
+            if holders is None:
+                blocks[block] = {key: None}
+            else:
+                holders[key] = None
+                blocks.move_to_end(block)
+        while len(blocks) > self.capacity:
+            blocks.popitem(last=False)
+
+    def forget(self, key: Hashable) -> None:
+        """A member gone: its entries go (blocks no member holds any more go with them)."""
+        for block in [b for b, holders in self.blocks.items() if key in holders]:
+            holders = self.blocks[block]
+            del holders[key]
+            if not holders:
+                del self.blocks[block]
+
+
+# --- choosing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class View:
+    """A ready member as a policy sees it."""
+
+    outstanding: int  # this router's requests in flight to it
+    waiting: int = 0  # the queue it reported on /metrics (0 when it reports none)
+    kv: float = 0.0  # its KV-cache use, 0..1 (0 when it reports none)
+    saturated: bool = False  # its Saturated condition (services/router/decide.py)
+    matched: int = 0  # prompt blocks it was recently sent, from the first on
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int  # into the views
+    reason: str  # why: least-outstanding, round-robin, prefix, load, session
+    score: float = 0.0
+    prefix: float = 0.0  # the chosen member's matched fraction of the prompt
+
+    def header(self, policy: str) -> bytes:
+        """The `x-jetway-route` response header: the policy, why this member, and its score."""
+        return f"{policy}; reason={self.reason}; score={self.score:.3f}; prefix={self.prefix:.2f}".encode()
+
+
+def least_outstanding(views: Sequence[View], turn: int) -> Choice:
+    least = min(v.outstanding for v in views)
+    tied = [i for i, v in enumerate(views) if v.outstanding == least]
+    return Choice(tied[turn % len(tied)], LEAST_OUTSTANDING, score=-float(least))
+
+
+def round_robin(views: Sequence[View], turn: int) -> Choice:
+    return Choice(turn % len(views), ROUND_ROBIN)
+
+
+def load_of(view: View) -> int:
+    return view.outstanding + view.waiting
+
+
+def under_bound(views: Sequence[View], bound: float) -> list[int]:
+    """The members that may take one more request within the load bound; when none may, every member.
+
+    The bound is `bound` times the average load counting the new request, rounded up (so some member is always
+    under it when loads are even)."""
+    limit = math.ceil(bound * (sum(load_of(v) for v in views) + 1) / len(views))
+    return [i for i, v in enumerate(views) if load_of(v) + 1 <= limit] or list(range(len(views)))
+
+
+def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: int) -> Choice:
+    """The best score among the unsaturated members under the load bound (a saturated member only when all are)."""
+    open_ = [i for i, v in enumerate(views) if not v.saturated] or list(range(len(views)))
+    eligible = [open_[j] for j in under_bound([views[i] for i in open_], settings.load_bound)]
+    most = max(load_of(views[i]) for i in eligible)
+    best: Choice | None = None
+    n = len(eligible)
+    for step in range(n):  # starting at `turn`, so equal scores share in turn
+        i = eligible[(turn + step) % n]
+        view = views[i]
+        prefix = view.matched / blocks if blocks else 0.0
+        score = settings.prefix_weight * prefix - settings.queue_weight * load_of(view) / (most + 1) - settings.kv_weight * view.kv
+        if best is None or score > best.score:
+            best = Choice(i, "prefix" if prefix > 0 else "load", score, prefix)
+    assert best is not None
+    return best
+
+
+def choose(settings: Settings, views: Sequence[View], blocks: int, turn: int) -> Choice:
+    """The member a request goes to, of `views` (not empty); `blocks` is the number of prompt blocks hashed."""
+    if settings.policy == ROUND_ROBIN:
+        return round_robin(views, turn)
+    if settings.policy == LEAST_OUTSTANDING:
+        return least_outstanding(views, turn)
+    return prefix_cache(views, blocks, settings, turn)
+
+
+# --- session affinity --------------------------------------------------------------------------------
+
+
+class Sessions:
+    """Which member a session (`x-session-id`, or the OpenAI `user` field) was last sent to; LRU, bounded."""
+
+    def __init__(self, capacity: int = 65_536) -> None:
+        self.capacity = capacity
+        self.members: OrderedDict[str, Hashable] = OrderedDict()
+
+    def get(self, session: str) -> Hashable | None:
+        member = self.members.get(session)
+        if member is not None:
+            self.members.move_to_end(session)
+        return member
+
+    def put(self, session: str, member: Hashable) -> None:
+        self.members[session] = member
+        self.members.move_to_end(session)
+        if len(self.members) > self.capacity:
+            self.members.popitem(last=False)
+
+    def forget(self, member: Hashable) -> None:
+        for session in [s for s, m in self.members.items() if m == member]:
+            del self.members[session]
+
+
+def sticky(views: Sequence[View], keys: Sequence[Hashable], held: Hashable | None) -> int | None:
+    """The index of the session's member when it is still ready and not saturated (then it keeps the session)."""
+    if held is None:
+        return None
+    for i, key in enumerate(keys):
+        if key == held:
+            return None if views[i].saturated else i
+    return None
+
+
+# --- the prompt ---------------------------------------------------------------------------------------
+
+
+def _text(content: Any, into: list[str]) -> None:
+    if isinstance(content, str):
+        into.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict):
+                _text(part.get("text") if "text" in part else part.get("content"), into)
+            elif isinstance(part, str):
+                into.append(part)
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text a request's prompt starts with, in the order an engine sees it (system first), for prefix hashing.
+
+    Chat and Anthropic `messages` (with Anthropic's top-level `system`), a completion's `prompt`, a response's
+    `instructions` and `input`; other bodies have none."""
+    parts: list[str] = []
+    _text(body.get("system"), parts)
+    _text(body.get("instructions"), parts)
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict):
+                role = message.get("role")
+                parts.append(role if isinstance(role, str) else "")
+                _text(message.get("content"), parts)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        parts.append(prompt)
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        parts.append(prompt[0])
+    _text(body.get("input"), parts)
+    return "\n".join(parts)
