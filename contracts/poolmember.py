@@ -19,6 +19,17 @@ Backend = Literal["vllm-openai", "echo"]
 Transport = Literal["http-direct", "operator-signal"]
 MemberPhase = Literal["Pending", "Healthy", "Failed"]
 
+# A member's API formats are labels, since `traits` rejects unknown fields: `formats.jetway.dev/<format>: "true"`
+# adds one to its backend's defaults, "false" takes one away (services/router/apis.py has the formats).
+FORMAT_LABEL = "formats.jetway.dev/"
+PROVIDER_FORMATS = ("openai-chat", "openai-responses", "anthropic-messages")  # the formats a provider's apiFormats names
+
+
+def format_labels(formats: list[str]) -> dict[str, str]:
+    """The labels of a member generated for a provider that speaks `formats` (its effective `apiFormats`): each
+    format a provider can name is on when named, off when not."""
+    return {FORMAT_LABEL + f: "true" if f in formats else "false" for f in PROVIDER_FORMATS}
+
 
 class MemberMeta(WireModel):
     # The published schema leaves metadata open; what a `get` adds round-trips through `apply`.

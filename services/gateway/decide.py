@@ -30,6 +30,7 @@ from contracts.objects import (
     metadata,
     ref,
 )
+from contracts.poolmember import format_labels
 from contracts.providerconfig import EngineGateway
 from contracts.rules import dynamo as dynamo_rules
 from contracts.subjects import Key
@@ -60,6 +61,7 @@ class Inputs:
     configured: str | None = None  # a Gateway chosen by configuration, "namespace/name"
     cluster: bool = True
     epp_image: str = DEFAULT_EPP_IMAGE
+    api_formats: tuple[str, ...] = ()  # what the provider's engine speaks (its effective apiFormats); () unknown
 
 
 @dataclass(frozen=True)
@@ -274,10 +276,10 @@ def member(inputs: Inputs) -> dict[str, Any] | None:
         return None
     served = inputs.md.spec.model.servedName or inputs.md.spec.model.id or inputs.key.name
     # cluster-scoped (the spec ignores its namespace): named apart per namespace, owned by annotation
-    meta: dict[str, Any] = {
-        "name": cluster_scoped_name(inputs.key),
-        "labels": {**_labels(inputs.key), MODEL_DEPLOYMENT_NAMESPACE: inputs.key.namespace},
-    }
+    labels = {**_labels(inputs.key), MODEL_DEPLOYMENT_NAMESPACE: inputs.key.namespace}
+    if inputs.api_formats:  # the router sends it only the APIs its provider's engine speaks (services/router/apis.py)
+        labels.update(format_labels(list(inputs.api_formats)))
+    meta: dict[str, Any] = {"name": cluster_scoped_name(inputs.key), "labels": labels}
     if inputs.uid:
         meta["annotations"] = {OWNER_UID: inputs.uid}
     return {

@@ -22,7 +22,7 @@ from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope
 from contracts.gateway import GatewayReconciled, RoutesAdmitted
 from contracts.objects import ref as reference
-from contracts.providerconfig import EngineGateway
+from contracts.providerconfig import EngineCapability, EngineGateway
 from contracts.subjects import GATEWAY, SELECTOR, WATCHER, WORKLOAD, Key, kind_filter
 from runtime.desired import withdraw
 from runtime.kube import Kube, KubeError
@@ -85,14 +85,17 @@ class GatewayService(Service):
     def keys(self) -> Iterable[Key]:
         return [*self.state.deployments, *(_gateway_key(ref) for ref in self.state.gateways)]
 
-    def _capability(self, d: RoutedDeployment) -> EngineGateway | None:
+    def _engine(self, d: RoutedDeployment) -> EngineCapability | None:
         if d.selection is None:
             return None
         provider = self.state.providers.get(d.selection.provider)
         if provider is None:
             return None
         engines = (provider.capabilities.engines if provider.capabilities else None) or []
-        engine = next((e for e in engines if e.name == d.selection.engine), None)
+        return next((e for e in engines if e.name == d.selection.engine), None)
+
+    def _capability(self, d: RoutedDeployment) -> EngineGateway | None:
+        engine = self._engine(d)
         return engine.gateway if engine else None
 
     async def reconcile(self, key: Key, effects: Effects) -> None:
@@ -121,6 +124,7 @@ class GatewayService(Service):
             self.configured,
             True,
             self.epp_image,
+            tuple(engine.effective_api_formats()) if (engine := self._engine(d)) else (),
         )
         plan = decide.plan(inputs)
         if plan is None:

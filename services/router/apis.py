@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from contracts.poolmember import FORMAT_LABEL
+
 OPENAI_CHAT = "openai-chat"
 OPENAI_RESPONSES = "openai-responses"
 OPENAI_EMBEDDINGS = "openai-embeddings"
@@ -32,7 +34,6 @@ ANTHROPIC_MESSAGES = "anthropic-messages"
 VLLM_TOKENIZE = "vllm-tokenize"
 VLLM_RERANK = "vllm-rerank"
 FORMATS = (OPENAI_CHAT, OPENAI_RESPONSES, OPENAI_EMBEDDINGS, OPENAI_AUDIO, ANTHROPIC_MESSAGES, VLLM_TOKENIZE, VLLM_RERANK)
-FORMAT_LABEL = "formats.jetway.dev/"
 DEFAULT_FORMATS = {
     "vllm-openai": frozenset(FORMATS) - {ANTHROPIC_MESSAGES},
     "echo": frozenset({OPENAI_CHAT}),
@@ -80,13 +81,6 @@ def formats_of(backend: str, labels: Mapping[str, str] | None) -> frozenset[str]
             elif value == "false":
                 accepted.discard(fmt)
     return frozenset(accepted)
-
-
-def format_labels(formats: list[str]) -> dict[str, str]:
-    """Labels for a generated member of a provider that speaks `formats` (its `apiFormats`): what the provider
-    names is on, the provider-declared formats it does not name are off."""
-    declared = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC_MESSAGES)
-    return {FORMAT_LABEL + f: "true" if f in formats else "false" for f in declared}
 
 
 # --- errors ----------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 It enrols by answering on `jetway.signal.compute.<name>.*` (a queue group, so two agents of
 one name share the load), forwards probe and inference requests to its local upstream with
-its own bearer token (read from a file on every request, never sent over the bus), and
-streams each answer back to the requester.
+its own bearer token (never sent over the bus), and streams each answer back to the requester.
+The token file is read in a worker thread at each probe (every tick), so a rotated token is used
+from the next tick on and no request waits on a file read.
 """
 
 from __future__ import annotations
@@ -34,16 +35,26 @@ class ComputeAgent:
         self.pool = UpstreamPool(allow_link_local=True)  # its upstream is the operator's own, on this host
         self.timeout = timeout
         self.tasks: set[asyncio.Task[None]] = set()
+        self._token: bytes | None = None  # the last token read; None until the first read
 
-    def _auth(self) -> list[tuple[bytes, bytes]]:
+    async def _refresh_token(self) -> None:
+        if self.token_file is not None:
+            raw = await asyncio.to_thread(self.token_file.read_bytes)
+            self._token = bearer_token(raw).encode()
+
+    async def _auth(self) -> list[tuple[bytes, bytes]]:
         if self.token_file is None:
             return []
-        return [(b"authorization", b"Bearer " + bearer_token(self.token_file.read_bytes()).encode())]
+        if self._token is None:
+            await self._refresh_token()
+        assert self._token is not None
+        return [(b"authorization", b"Bearer " + self._token)]
 
     async def _probe(self, msg: Msg) -> None:
         try:
+            await self._refresh_token()  # each tick: a rotated token is picked up here
             answer = await self.pool.fetch(
-                self.endpoint, "GET", "/v1/models", [(b"accept", b"application/json"), *self._auth()], timeout=self.timeout
+                self.endpoint, "GET", "/v1/models", [(b"accept", b"application/json"), *(await self._auth())], timeout=self.timeout
             )
         except (UpstreamError, OSError) as exc:
             await self.nc.publish(msg.reply, b"", headers={"Jetway-Error": f"local upstream: {exc}"})
@@ -58,7 +69,8 @@ class ComputeAgent:
             return
         method, path, headers, body = parsed
         try:
-            await self.pool.send(self.endpoint, method, path, [*headers, *self._auth()], body, stream, response_timeout=600)
+            auth = await self._auth()
+            await self.pool.send(self.endpoint, method, path, [*headers, *auth], body, stream, response_timeout=600)
         except (UpstreamError, OSError) as exc:
             await stream.fail(f"local upstream: {exc}")
             return

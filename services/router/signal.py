@@ -206,7 +206,7 @@ class ReplyStream:
 def request_of(msg: Msg) -> tuple[str, str, list[tuple[bytes, bytes]], bytes] | None:
     headers: dict[str, Any] = msg.headers or {}
     method, path = headers.get("Jetway-Method"), headers.get("Jetway-Path")
-    if method not in ("GET", "POST") or not isinstance(path, str) or not path.startswith("/v1/"):
+    if method not in ("GET", "POST") or not isinstance(path, str) or not (path.startswith("/v1/") or path in ("/tokenize", "/detokenize")):
         return None
     pairs = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in json.loads(headers.get("Jetway-Headers", "[]"))]
     return method, path, pairs, msg.data

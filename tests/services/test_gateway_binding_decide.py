@@ -226,3 +226,13 @@ def test_binding_mode_must_be_one_the_framework_supports() -> None:
     config = framework(backend="container", modelBindingModes=["externalAPI"])
     outcome = decide.bind(agent(deploymentRef={"name": "qwen"}), config, {}, {})
     assert isinstance(outcome, decide.NotBound) and outcome.reason == "UnsupportedBindingMode"
+
+
+def test_a_generated_member_accepts_the_apis_its_provider_speaks() -> None:
+    speaks = control_plane.member(inputs(md(), service_ip="10.0.0.7", api_formats=("openai-chat", "anthropic-messages")))
+    assert speaks is not None
+    labels = speaks["metadata"]["labels"]
+    assert labels["formats.jetway.dev/anthropic-messages"] == "true"
+    assert labels["formats.jetway.dev/openai-responses"] == "false"
+    unknown = control_plane.member(inputs(md(), service_ip="10.0.0.7"))
+    assert unknown is not None and not any(name.startswith("formats.jetway.dev/") for name in unknown["metadata"]["labels"])
