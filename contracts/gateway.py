@@ -24,8 +24,10 @@ class MemberHealthChanged(Decision, frozen=True, tag="MemberHealthChanged.v1"):
     saturated: bool = False  # its Saturated condition is True (services/router/load.py)
 
     def describe(self) -> str:
-        return ("healthy" if self.healthy else f"unhealthy: {self.reason}") + (" (saturated)" if self.saturated else "") + (
-            f"; missing {', '.join(self.missing)}" if self.missing else ""
+        return (
+            ("healthy" if self.healthy else f"unhealthy: {self.reason}")
+            + (" (saturated)" if self.saturated else "")
+            + (f"; missing {', '.join(self.missing)}" if self.missing else "")
         )
 
 

@@ -210,7 +210,7 @@ def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: i
     """The best score among the unsaturated members under the load bound (a saturated member only when all are)."""
     open_ = [i for i, v in enumerate(views) if not v.saturated] or list(range(len(views)))
     eligible = [open_[j] for j in under_bound([views[i] for i in open_], settings.load_bound)]
-    most = max(load_of(views[i]) for i in eligible)
+    most = max(load_of(v) for v in views)  # the scale of the queue term: the most loaded member, eligible or not
     best: Choice | None = None
     n = len(eligible)
     for step in range(n):  # starting at `turn`, so equal scores share in turn

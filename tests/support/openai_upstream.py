@@ -1,6 +1,9 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1, standing in for vLLM in tests.
 
-It records every request (path, Authorization header, body), can require a bearer token,
+It serves what vLLM's OpenAI server does, in the shapes of the public APIs: chat and legacy completions,
+responses, embeddings, audio transcriptions (multipart), Anthropic messages, tokenize/detokenize, rerank
+and score; streamed where the API streams (SSE, with `event:` lines for responses and messages).
+It records every request (path, Authorization header, the headers, body), can require a bearer token,
 can hold a stream open until the test releases it, and can be stopped abruptly.
 """
 
@@ -22,6 +25,7 @@ class Seen:
     path: str
     authorization: str | None
     body: dict[str, Any] | None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,6 +126,119 @@ class FakeOpenAI:
         self.streams_done += 1
         return response
 
+    async def _other(self, request: web.Request) -> web.StreamResponse:
+        """Every API but chat and completions: the shapes vLLM answers (and Anthropic's for /v1/messages)."""
+        path = request.path
+        if path == "/v1/audio/transcriptions":
+            form = await request.post()
+            upload = form.get("file")
+            size = len(upload.file.read()) if isinstance(upload, web.FileField) else 0
+            body: dict[str, Any] = {"model": form.get("model"), "file_bytes": size}
+        else:
+            body = await request.json()
+        self.requests.append(Seen(path, request.headers.get("Authorization"), body, dict(request.headers)))
+        if not self._authorized(request):
+            if path == "/v1/messages":
+                return web.json_response({"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}, status=401)
+            return web.json_response({"error": {"message": "bad token"}}, status=401)
+        model = body.get("model")
+        if path == "/v1/audio/transcriptions":
+            return web.json_response({"text": f"{self.name}: heard {body['file_bytes']} bytes"})
+        if path == "/v1/embeddings":
+            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            data = [{"object": "embedding", "index": i, "embedding": [float(len(str(t))), 0.5, -0.25]} for i, t in enumerate(inputs)]
+            return web.json_response(
+                {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}}
+            )
+        if path == "/tokenize":
+            text = body.get("prompt") or " ".join(str(m.get("content")) for m in body.get("messages", []))
+            tokens = [ord(c) for c in text]
+            return web.json_response({"count": len(tokens), "max_model_len": 4096, "tokens": tokens})
+        if path == "/detokenize":
+            return web.json_response({"prompt": "".join(chr(t) for t in body["tokens"])})
+        if path == "/v1/rerank":
+            documents = body["documents"]
+            results = [{"index": i, "document": {"text": d}, "relevance_score": 1.0 / (i + 1)} for i, d in enumerate(documents)]
+            return web.json_response({"id": "rerank-1", "model": model, "results": results, "usage": {"total_tokens": len(documents)}})
+        if path == "/v1/score":
+            return web.json_response(
+                {"id": "score-1", "object": "list", "model": model, "data": [{"index": 0, "object": "score", "score": 0.75}]}
+            )
+        if path == "/v1/responses":
+            return await self._response(request, body)
+        return await self._message(request, body)
+
+    async def _events(self, request: web.Request, events: list[tuple[str, dict[str, Any]]]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for name, data in events:
+            await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        await response.write_eof()
+        self.streams_done += 1
+        return response
+
+    async def _response(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        text = body["input"] if isinstance(body["input"], str) else json.dumps(body["input"])
+        reply = f"{self.name}: {text}"
+        message = {"id": "msg-1", "type": "message", "role": "assistant", "status": "completed"}
+        done = {
+            "id": "resp-1",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": body["model"],
+            "status": "completed",
+            "output": [{**message, "content": [{"type": "output_text", "text": reply, "annotations": []}]}],
+            "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        if not body.get("stream"):
+            return web.json_response(done)
+        started = {**done, "status": "in_progress", "output": []}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("response.created", {"type": "response.created", "sequence_number": 0, "response": started})
+        ]
+        for i, word in enumerate(reply.split(" ")):
+            delta = {
+                "type": "response.output_text.delta",
+                "sequence_number": i + 1,
+                "item_id": "msg-1",
+                "output_index": 0,
+                "content_index": 0,
+            }
+            events.append(("response.output_text.delta", {**delta, "delta": word + " ", "logprobs": []}))
+        events.append(("response.completed", {"type": "response.completed", "sequence_number": len(events), "response": done}))
+        return await self._events(request, events)
+
+    async def _message(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        last = body["messages"][-1]["content"]
+        reply = f"{self.name}: {last if isinstance(last, str) else json.dumps(last)}"
+        usage = {"input_tokens": 4, "output_tokens": len(reply.split(" "))}
+        message = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"], "stop_sequence": None}
+        if not body.get("stream"):
+            return web.json_response({**message, "content": [{"type": "text", "text": reply}], "stop_reason": "end_turn", "usage": usage})
+        events: list[tuple[str, dict[str, Any]]] = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}},
+                },
+            ),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ]
+        for word in reply.split(" "):
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word + " "}})
+            )
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": usage}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return await self._events(request, events)
+
     @staticmethod
     async def _held(request: web.Request, hold: asyncio.Event) -> bool:
         """Wait for `hold`; False as soon as the client hangs up instead (aiohttp drops the transport)."""
@@ -137,6 +254,10 @@ class FakeOpenAI:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_post("/v1/completions", self._complete)
+        for path in ("/v1/responses", "/v1/embeddings", "/v1/audio/transcriptions", "/v1/messages", "/tokenize", "/detokenize"):
+            app.router.add_post(path, self._other)
+        for path in ("/v1/rerank", "/v1/score"):
+            app.router.add_post(path, self._other)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.tls)
