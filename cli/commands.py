@@ -177,6 +177,12 @@ def _secret(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from cli import keys
+
+    return keys.run(args)
+
+
 def _compute_agent(args: argparse.Namespace) -> int:
     import asyncio
     import signal
@@ -287,6 +293,32 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     p.add_argument("--from-file", metavar="FILE", help="the value's file, or - for stdin")
     p.add_argument("--data-dir")
     p.set_defaults(handler=_secret)
+
+    p = sub.add_parser("keys", help="manage the router's client keys (shown once when made; only their hashes are kept)")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    data_help = "where `jetway up` keeps its secret store (default: $JETWAY_DATA_DIR or a per-user folder)"
+    from_help = "the keys document to change, or the Secret from `kubectl get secret jetway-client-keys -o json`; - for stdin"
+    manifest_help = "print the Secret jetway-client-keys for a cluster (| kubectl apply -f -) instead of writing the secret store"
+    k = actions.add_parser("create", help="make a key, print it once, keep only its hash")
+    k.add_argument("name", metavar="NAME", help="the client's name: a DNS label such as team-a")
+    k.add_argument("--models", metavar="M1,M2", help="the models the key may use (default: every model)")
+    k.add_argument("--rpm", metavar="N", help="requests per minute (default: unlimited)")
+    k.add_argument("--tpm", metavar="N", help="tokens per minute, prompt and completion (default: unlimited)")
+    k.add_argument("--secret-manifest", action="store_true", help=manifest_help)
+    k.add_argument("--from", dest="from_file", metavar="FILE", help=from_help + " (with --secret-manifest)")
+    k.add_argument("-n", "--namespace", default="jetway-system", help="the Secret's namespace (default jetway-system)")
+    k.add_argument("--data-dir", help=data_help)
+    k = actions.add_parser("list", help="names, models, limits, creation times and hash prefixes")
+    k.add_argument("--from", dest="from_file", metavar="FILE", help=from_help)
+    k.add_argument("--data-dir", help=data_help)
+    k = actions.add_parser("delete", help="remove a key: the router refuses it from its next tick")
+    k.add_argument("name", metavar="NAME")
+    k.add_argument("--secret-manifest", action="store_true", help=manifest_help)
+    k.add_argument("--from", dest="from_file", metavar="FILE", help=from_help + " (needed with --secret-manifest)")
+    k.add_argument("-n", "--namespace", default="jetway-system", help="the Secret's namespace (default jetway-system)")
+    k.add_argument("--data-dir", help=data_help)
+    p.set_defaults(handler=_keys)
 
     p = sub.add_parser("compute-agent", help="serve an operator-signal member: forward its requests to a local upstream")
     p.add_argument("--name", required=True, help="the member's spec.computeOperatorRef")

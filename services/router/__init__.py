@@ -8,6 +8,8 @@ It talks to no Kubernetes API: members come from the event stream, their credent
 - `decide.py`: the decisions, pure: health from a probe, which member takes a request, the token estimate
 - `probe.py`: the probe I/O (HTTP, or a compute agent over NATS)
 - `proxy.py`: the HTTP edge, the OpenAI-compatible router; `upstream.py` its connection pool to members
+- `keys.py`: client keys, pure: the keys document, lookup by hash, allowed models, rpm/tpm limits, refusals;
+  `keyfile.py` reads the document again when it changes
 - `echo.py`: the echo backend; `signal.py`: requests to operator-signal members over NATS
 - `computeagent.py`: `jetway compute-agent`, run beside a model server for operator-signal members
 """

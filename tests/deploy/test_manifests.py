@@ -27,6 +27,7 @@ from contracts.subjects import Key
 from runtime.natsserver import nats_server_binary
 from services.binding import render as agent_render
 from services.gateway import decide
+from services.router import keys
 from services.selector.decide import Provider
 from services.watcher.webhook import build_app
 from services.workload.providers import builtin_configs
@@ -84,7 +85,16 @@ def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[d
         assert not deployments[nats_only]["spec"]["template"]["spec"]["automountServiceAccountToken"], nats_only
     # the internet-facing router: its own ServiceAccount, members' credentials from a mounted Secret only
     router = deployments["jetway-router"]["spec"]["template"]["spec"]
-    assert {v["secret"]["secretName"] for v in router["volumes"] if "secret" in v} == {"jetway-member-secrets"}
+    assert {v["secret"]["secretName"] for v in router["volumes"] if "secret" in v} == {"jetway-member-secrets", "jetway-client-keys"}
+    # client keys (hashes) from their own optional Secret, required: no key, no request (docs/router.md)
+    (keys_volume,) = (v for v in router["volumes"] if v.get("secret", {}).get("secretName") == "jetway-client-keys")
+    assert keys_volume["secret"]["optional"] is True
+    (container,) = router["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == keys_volume["name"])
+    assert mount["readOnly"] and mount["mountPath"] == "/var/run/jetway/client-keys"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["JETWAY_ROUTER_CLIENT_KEYS"] == "required"
+    assert env["JETWAY_CLIENT_KEYS_FILE"] == "/var/run/jetway/client-keys/client-keys" == keys.MOUNTED_FILE
     assert "member-secrets" not in str(deployments["jetway-gateway"])
 
 
