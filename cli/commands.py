@@ -81,6 +81,8 @@ def _up(args: argparse.Namespace) -> int:
     import os
 
     from cli import up
+    from services.router.keys import client_keys_mode
+    from services.router.policy import Settings as RoutingSettings
     from services.router.proxy import Limits
 
     try:
@@ -90,7 +92,17 @@ def _up(args: argparse.Namespace) -> int:
             body_timeout=args.router_body_timeout,
             idle_timeout=args.router_idle_timeout,
             max_connections=args.router_max_connections,
+            drain_timeout=args.router_drain_timeout,
         )
+        routing = RoutingSettings.from_env(
+            os.environ.get,
+            policy=args.router_policy,
+            prefix_weight=args.router_prefix_weight,
+            queue_weight=args.router_queue_weight,
+            kv_weight=args.router_kv_weight,
+            load_bound=args.router_load_bound,
+        )
+        keys_mode = client_keys_mode(os.environ.get, cluster=False, flag=args.client_keys)
     except ValueError as exc:
         print(f"jetway up: error: {exc}", file=sys.stderr)
         return 2
@@ -106,6 +118,8 @@ def _up(args: argparse.Namespace) -> int:
             args.log_level,
             args.log_format,
             router_limits=limits,
+            routing=routing,
+            client_keys=keys_mode,
         )
     )
 
@@ -253,6 +267,26 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
         type=int,
         metavar="N",
         help="connections past this get a 503 and are closed (default $JETWAY_ROUTER_MAX_CONNECTIONS or 4096)",
+    )
+    p.add_argument(
+        "--router-drain-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="on stop, requests and streams in progress may finish within this (default $JETWAY_ROUTER_DRAIN_TIMEOUT or 30)",
+    )
+    p.add_argument(
+        "--router-policy",
+        choices=("prefix-cache", "least-outstanding", "round-robin"),
+        help="how the router picks a member (default $JETWAY_ROUTER_POLICY or prefix-cache; docs/router.md)",
+    )
+    p.add_argument("--router-prefix-weight", type=float, metavar="W", help="prefix-cache: weight of a cached prefix (default 3)")
+    p.add_argument("--router-queue-weight", type=float, metavar="W", help="prefix-cache: weight of a member's queue (default 2)")
+    p.add_argument("--router-kv-weight", type=float, metavar="W", help="prefix-cache: weight of a member's KV-cache use (default 1)")
+    p.add_argument("--router-load-bound", type=float, metavar="C", help="prefix-cache: no member past C x the average load (default 1.25)")
+    p.add_argument(
+        "--client-keys",
+        choices=("required", "off"),
+        help="require client API keys made with `jetway keys create` (default $JETWAY_ROUTER_CLIENT_KEYS or off)",
     )
     p.add_argument("--demo", action="store_true", help="apply an echo member and send a chat completion through the router")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))

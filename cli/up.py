@@ -32,7 +32,9 @@ from runtime.service import Runner
 from services import pipeline
 from services.binding.handlers import BindingService
 from services.router import main as router_main
-from services.router import proxy
+from services.router import policy, proxy
+from services.router.keyfile import KeyFile
+from services.router.keys import Gate
 from services.watcher import api
 from services.watcher import main as watcher_main
 from services.workload import registry, render
@@ -61,6 +63,8 @@ class Options:
     log_level: str
     log_format: str
     router_limits: proxy.Limits | None = None  # None: the defaults
+    routing: policy.Settings | None = None  # None: the defaults
+    client_keys: str = "off"  # required: only requests with a key from `jetway keys create`
 
 
 def say(message: str) -> None:
@@ -188,7 +192,14 @@ async def up(options: Options) -> int:
     token = load_token(directory)
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
-    router = router_main.build(nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local)
+    router = router_main.build(
+        nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local, routing=options.routing
+    )
+    keyfile = None
+    if options.client_keys == "required":
+        keyfile = KeyFile.in_store(secret_store)
+        keyfile.load()
+        router.routes.keys = Gate(lambda: keyfile.ring)
     # the renderers' settings from this environment (KAITO's AIRUNWAY_KAITO_*), as `python -m services.workload` reads them
     provider_settings = render.settings(os.environ)
     runners: list[Runner] = [
@@ -198,7 +209,9 @@ async def up(options: Options) -> int:
         Runner(BindingService(), nc),
     ]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
-    api_runner = router_server = None
+    if keyfile is not None:
+        tasks.append(asyncio.create_task(keyfile.watch(options.probe_interval, router.routes.keys), name="client-keys"))
+    api_runner = serving = None
     supervisor: asyncio.Future[str] | None = None
     try:
         ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
@@ -221,7 +234,8 @@ async def up(options: Options) -> int:
             return 1 if failed else 0
         try:
             api_runner, api_port = await api.serve(api.build_app(watcher.service, token), HOST, options.api_port)
-            router_server, router_port = await proxy.serve(router.routes, HOST, options.router_port, limits=options.router_limits)
+            serving = await proxy.listen(router.routes, HOST, options.router_port, limits=options.router_limits)
+            router_port = serving.port
         except OSError as exc:
             say(f"error: cannot listen: {exc.strerror} (choose other ports with --api-port/--router-port, or 0 for free ones)")
             return 1
@@ -233,9 +247,15 @@ async def up(options: Options) -> int:
         resources = watcher.service.rebuilt_count
         say(f"NATS JetStream {nats.url} (store {directory / 'nats'}, sync_interval {nats.sync_interval})")
         say(f"apply API {config.api_url} (bearer token in {path})")
-        say(f"router {config.router_url} (OpenAI-compatible: /v1/models, /v1/chat/completions, /v1/completions)")
+        say(f"router {config.router_url} (OpenAI- and Anthropic-compatible APIs, docs/router.md; policy {router.routes.settings.policy})")
+        if keyfile is None:
+            say("client keys: off, any client on this machine may call the router (--client-keys required to ask for keys)")
+        else:
+            say(f"client keys: required, {len(keyfile.ring.keys)} in the secret store (make one with `jetway keys create NAME`)")
         say(f"{resources} resource{'s' if resources != 1 else ''} rebuilt from the stream; Ctrl-C to stop")
-        if options.demo:
+        if options.demo and keyfile is not None:
+            say("demo: not run, client keys are required (run it without --client-keys required)")
+        elif options.demo:
             try:
                 await run_demo(config)
             except Exception as exc:
@@ -251,11 +271,13 @@ async def up(options: Options) -> int:
         return 1 if any(t.done() and not t.cancelled() and t.exception() for t in tasks) else 0
     finally:
         say("stopping")
+        if serving is not None:
+            cut = await serving.drain()  # first: requests in progress finish while every service still runs
+            if cut:
+                say(f"{cut} request{'s' if cut != 1 else ''} still in progress cut off after the drain timeout")
         for runner in runners:
             runner.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if router_server is not None:
-            router_server.close()
         if api_runner is not None:
             await api_runner.cleanup()
         router.routes.pool.close()

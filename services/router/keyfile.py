@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from runtime.secrets import FileSecrets
-from services.router.keys import SECRET_NAME, KeyRing, KeysError, parse_keys
+from services.router.keys import SECRET_NAME, Gate, KeyRing, KeysError, parse_keys
 
 log = logging.getLogger("jetway.router.keys")
 
@@ -113,3 +113,10 @@ class KeyFile:
         self.error = f"client keys file {self.path} cannot be read ({reason}), keeping the {len(self.ring.keys)} keys read before"
         log.error("%s", self.error)
         return False
+
+    async def watch(self, interval: float, gate: Gate | None) -> None:
+        """Every `interval` seconds, read the file again if it changed; a gate forgets the counts of keys gone."""
+        while True:
+            await asyncio.sleep(interval)
+            if await self.refresh() and gate is not None:
+                gate.limiter.retain(self.ring)

@@ -416,3 +416,54 @@ class Limiter:
 
     def tracked(self) -> int:
         return len(self._usage)
+
+
+# --- the gate: what the router asks per request
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A client key's verdict on one request: its key when admitted, else the refusal to answer."""
+
+    key: ClientKey | None = None
+    refusal: Refusal | None = None
+
+    @property
+    def name(self) -> str:
+        return self.key.name if self.key is not None else ""
+
+
+class Gate:
+    """Client keys as the router applies them (mode `required`): who may call, for which models, how often.
+
+    `ring` gives the keys in force now (a KeyFile's, read again when it changes); time is passed in, so the
+    gate is tested without waiting."""
+
+    def __init__(self, ring: Callable[[], KeyRing]) -> None:
+        self.ring = ring
+        self.limiter = Limiter()
+
+    def admit(self, headers: Mapping[bytes, bytes], model: str | None, now: float) -> Admission:
+        """401 without a known key; 404 for a model it may not use; 429 over its limits. `model` None: any model
+        (GET /v1/models), no request counted."""
+        presented = presented_key(headers)
+        ring = self.ring()
+        key = ring.lookup(presented)
+        if key is None:
+            return Admission(refusal=unauthenticated(presented))
+        if model is None:
+            return Admission(key)
+        if not ring.allows(key, model):
+            return Admission(key, model_refused(key, model))
+        verdict = self.limiter.admit(key, now)
+        if not verdict.ok:
+            return Admission(key, rate_limited(key, verdict))
+        return Admission(key)
+
+    def spend(self, admission: Admission, tokens: int, now: float) -> None:
+        if admission.key is not None and tokens:
+            self.limiter.spend(admission.key, tokens, now)
+
+    def models(self, admission: Admission, served: Iterable[str]) -> list[str]:
+        key = admission.key
+        return [m for m in served if key is not None and key.allows(m)]

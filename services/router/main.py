@@ -2,24 +2,28 @@
 
 Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_ROUTER_HEADER_TIMEOUT/BODY_TIMEOUT/IDLE_TIMEOUT/
 MAX_CONNECTIONS/DRAIN_TIMEOUT (proxy.Limits), JETWAY_ROUTER_POLICY and its weights (policy.Settings),
-JETWAY_PROBE_INTERVAL, JETWAY_SECRETS_DIR and JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API:
+JETWAY_ROUTER_CLIENT_KEYS and JETWAY_CLIENT_KEYS_FILE (services/router/keys.py), JETWAY_PROBE_INTERVAL,
+JETWAY_SECRETS_DIR and JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API:
 members come from the event stream, their credentials from the mounted secret store. `jetway up` builds the same objects in one process.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
 from nats.aio.client import Client
 
 from contracts.subjects import ALL_PARTITIONS
-from runtime.entry import Context, Stop
+from runtime.entry import Context, Stop, cluster_mode
 from runtime.leases import Leases, LeaseSettings
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
 from services.router import metrics, policy, proxy
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
+from services.router.keyfile import KeyFile
+from services.router.keys import FILE_ENV, MOUNTED_FILE, Gate, client_keys_mode
 from services.router.probe import Prober
 from services.router.signal import SignalClient
 from services.router.upstream import UpstreamPool
@@ -84,13 +88,22 @@ async def start(context: Context) -> list[Runnable]:
     except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
         raise SystemExit(f"router: {exc}") from None
     router.routes.index = policy.PrefixIndex(router.routes.settings.index_blocks)
+    keyfile = None
+    if client_keys_mode(lambda name: context.env(name) or None, cluster=cluster_mode()) == "required":
+        keyfile = KeyFile(Path(context.env(FILE_ENV) or MOUNTED_FILE))
+        keyfile.load()  # before serving: the first request meets the keys
+        router.routes.keys = Gate(lambda: keyfile.ring)
 
     async def serve() -> Stop:
         serving = await proxy.listen(
             router.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080")), limits=limits
         )
 
+        watching = asyncio.create_task(keyfile.watch(router.service.resync_interval or 5.0, router.routes.keys)) if keyfile else None
+
         async def stop() -> None:
+            if watching is not None:
+                watching.cancel()
             await serving.drain()
 
         return stop

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any
 
 import httptools
 import msgspec
@@ -40,6 +40,7 @@ from services.router import decide, echo, policy
 from services.router.apis import APIS, Api, boundary_of, form_field
 from services.router.apis import error as api_error
 from services.router.apis import openai_error as openai_error
+from services.router.keys import Admission, Gate, wants_anthropic_errors
 from services.router.metrics import USAGE_TAIL, Recorder, usage
 from services.router.projection import Member, Members
 from services.router.signal import ClientTooSlow
@@ -166,25 +167,6 @@ class Request:
     keep_alive: bool
 
 
-class ClientKeys(Protocol):
-    """Client keys (services/router/keys.py): who may call, for which models, how often."""
-
-    def admit(self, headers: dict[bytes, bytes], model: str | None, now: float) -> Admission: ...
-
-    def spend(self, admission: Admission, tokens: int, now: float) -> None: ...
-
-    def models(self, admission: Admission, served: list[str]) -> list[str]: ...
-
-
-@dataclass(frozen=True)
-class Admission:
-    """A client key's verdict on a request: `refusal` (status, message, retry-after) or the key's name."""
-
-    name: str = ""
-    refusal: tuple[int, str, int] | None = None
-    key: Any = None
-
-
 @dataclass
 class Routes:
     """What the router needs from the router service, and nothing more."""
@@ -195,7 +177,7 @@ class Routes:
     signal: Any = None  # services.router.signal.SignalClient for operator-signal members
     pool: UpstreamPool = field(default_factory=UpstreamPool)
     settings: policy.Settings = field(default_factory=policy.Settings)
-    keys: ClientKeys | None = None  # None: any client may call (client keys off)
+    keys: Gate | None = None  # None: any client may call (client keys off)
     turn: int = 0
     recorder: Recorder = field(default_factory=Recorder)
     index: policy.PrefixIndex = field(init=False)
@@ -573,25 +555,21 @@ async def route(client: HttpConnection, request: Request) -> None:
 
 
 def _admit(client: HttpConnection, request: Request, api: Api | None, model: str | None) -> Admission | None:
-    """The client key's admission, or None once the refusal is answered (401, 403, 429)."""
+    """The client key's admission, or None once its refusal is answered (401, 404, 429)."""
     keys = client.routes.keys
     if keys is None:
         return Admission()
     admission = keys.admit(request.headers, model, client.listener.loop.time())
-    if admission.refusal is None:
+    refusal = admission.refusal
+    if refusal is None:
         return admission
-    status, message, retry_after = admission.refusal
-    kind, code = {
-        401: ("invalid_request_error", "invalid_api_key"),
-        403: ("invalid_request_error", "model_not_allowed"),
-        429: ("rate_limit_error", "rate_limit_exceeded"),
-    }.get(status, ("invalid_request_error", "refused"))
-    extra = [(b"retry-after", str(retry_after).encode())] if retry_after else None
-    if status == 401:
-        extra = [*(extra or []), (b"www-authenticate", b"Bearer")]
-    client.respond(*api_error(api, status, message, kind, code), extra=extra)
+    extra = refusal.headers()
+    if refusal.status == 401:
+        extra.append((b"www-authenticate", b"Bearer"))
+    anthropic = (api is not None and api.anthropic) or wants_anthropic_errors(request.headers)
+    client.respond(refusal.status, refusal.body(anthropic=anthropic), extra=extra)
     if admission.name:
-        client.routes.recorder.key(admission.name, status, 0)
+        client.routes.recorder.key(admission.name, refusal.status, 0)
     return None
 
 
@@ -658,8 +636,10 @@ async def infer(client: HttpConnection, request: Request, api: Api) -> None:
         routes = client.routes
         routes.recorder.answered(model, member_name, api.path, client.status, client.listener.loop.time() - started)
         if admission.name:
+            if not tokens and body is not None and api.prompt_field is not None and client.status == 200:
+                tokens = decide.estimate(body, api.prompt_field == "messages").total  # no `usage` reported: the estimate counts
             routes.recorder.key(admission.name, client.status, tokens)
-            if routes.keys is not None and tokens:
+            if routes.keys is not None:
                 routes.keys.spend(admission, tokens, client.listener.loop.time())
 
 
