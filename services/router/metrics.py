@@ -147,6 +147,8 @@ USAGE_TAIL = 4096
 def usage(tail: bytes) -> tuple[int, int]:
     """(prompt, completion) tokens in the last `usage` of an answer's tail; (0, 0) when it has none."""
     prompt = completion = 0
+    if b"_tokens" not in tail:  # most chunks of a stream: no usage, no regex
+        return 0, 0
     for name, value in _USAGE.findall(tail):
         if name in (b"prompt_tokens", b"input_tokens"):
             prompt = int(value)

@@ -666,9 +666,7 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
             client.respond(*api_error(api, 413, message, "invalid_request_error", "context_length_exceeded", api.prompt_field))
             return "", 0
     settings = routes.settings
-    hashes: list[int] = []
-    if settings.policy == policy.PREFIX_CACHE and body is not None:
-        hashes = policy.block_hashes(policy.prompt_text(body), settings.block_chars, settings.max_blocks)
+    hashes: list[int] | None = None  # the prompt's block hashes, once more than one member could take it
     session = _session(request, body)
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
@@ -678,12 +676,20 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
             break
         if attempt:
             routes.recorder.retried(model)
-        member, choice = _choose(routes, ready, hashes, session)
+        if len(ready) == 1:  # nothing to choose: no hashing, no index, no session to keep
+            member, choice = ready[0], ONLY
+            routes.recorder.chose(settings.policy, "only")
+        else:
+            if hashes is None:
+                text = policy.prompt_text(body) if settings.policy == policy.PREFIX_CACHE and body is not None else ""
+                hashes = policy.block_hashes(text, settings.block_chars, settings.max_blocks) if text else []
+            member, choice = _choose(routes, ready, hashes, session)
         tried.add(member.key)
         traffic = routes.members.traffic_of(member.key)
         traffic.outstanding += 1
         try:
-            relay = await forward(client, request, member, body, model, api, choice.header(settings.policy))
+            header = ONLY_HEADERS[settings.policy] if choice is ONLY else choice.header(settings.policy)
+            relay = await forward(client, request, member, body, model, api, header)
             if relay is None:
                 return member.name, 0
             prompt, completion = relay.usage()
@@ -711,6 +717,10 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
     routes.recorder.unavailable(model)
     client.respond(*api_error(api, 503, message, "server_error", "upstream_unavailable"), extra=[(b"retry-after", b"1")])
     return "", 0
+
+
+ONLY = policy.Choice(0, "only")  # the one member ready for the model
+ONLY_HEADERS = {name: ONLY.header(name) for name in policy.POLICIES}
 
 
 def _session(request: Request, body: dict[str, Any] | None) -> str | None:
