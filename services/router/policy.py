@@ -19,6 +19,7 @@ queue the member reports on its /metrics.
 from __future__ import annotations
 
 import math
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, fields
@@ -207,7 +208,10 @@ def under_bound(views: Sequence[View], bound: float) -> list[int]:
 
 
 def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: int) -> Choice:
-    """The best score among the unsaturated members under the load bound (a saturated member only when all are)."""
+    """The best score among the unsaturated members under the load bound (a saturated member only when all are).
+
+    Equal scores go to the first in order from `turn`; `choose` passes the prompt's home (`home`) there when the
+    prompt has a block, so a new prefix lands where its hash says, the same in every router replica."""
     open_ = [i for i, v in enumerate(views) if not v.saturated] or list(range(len(views)))
     eligible = [open_[j] for j in under_bound([views[i] for i in open_], settings.load_bound)]
     most = max(load_of(v) for v in views)  # the scale of the queue term: the most loaded member, eligible or not
@@ -224,13 +228,23 @@ def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: i
     return best
 
 
-def choose(settings: Settings, views: Sequence[View], blocks: int, turn: int) -> Choice:
-    """The member a request goes to, of `views` (not empty); `blocks` is the number of prompt blocks hashed."""
+def choose(settings: Settings, views: Sequence[View], blocks: int, turn: int, home: int | None = None) -> Choice:
+    """The member a request goes to, of `views` (not empty); `blocks` is the number of prompt blocks hashed, `home`
+    the prompt's stable hash (`home_of`) when it has one."""
     if settings.policy == ROUND_ROBIN:
         return round_robin(views, turn)
     if settings.policy == LEAST_OUTSTANDING:
         return least_outstanding(views, turn)
-    return prefix_cache(views, blocks, settings, turn)
+    return prefix_cache(views, blocks, settings, turn if home is None else home)
+
+
+def home_of(text: str, block_chars: int) -> int | None:
+    """A stable hash of the prompt's first block (CRC-32: the same in every process, unlike `hash`), None when the
+    prompt has no whole block. Where ties start: distinct prefixes spread over the members like consistent hashing,
+    and every router replica sends a new prefix to the same member while loads are equal."""
+    if len(text) < block_chars:
+        return None
+    return zlib.crc32(text[:block_chars].encode("utf-8", "surrogatepass"))
 
 
 # --- session affinity --------------------------------------------------------------------------------

@@ -667,6 +667,7 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
             return "", 0
     settings = routes.settings
     hashes: list[int] | None = None  # the prompt's block hashes, once more than one member could take it
+    home: int | None = None
     session = _session(request, body)
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
@@ -683,7 +684,8 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
             if hashes is None:
                 text = policy.prompt_text(body) if settings.policy == policy.PREFIX_CACHE and body is not None else ""
                 hashes = policy.block_hashes(text, settings.block_chars, settings.max_blocks) if text else []
-            member, choice = _choose(routes, ready, hashes, session)
+                home = policy.home_of(text, settings.block_chars) if hashes else None
+            member, choice = _choose(routes, ready, hashes, session, home)
         tried.add(member.key)
         traffic = routes.members.traffic_of(member.key)
         traffic.outstanding += 1
@@ -732,7 +734,7 @@ def _session(request: Request, body: dict[str, Any] | None) -> str | None:
     return user if isinstance(user, str) and user else None
 
 
-def _choose(routes: Routes, ready: list[Member], hashes: list[int], session: str | None) -> tuple[Member, policy.Choice]:
+def _choose(routes: Routes, ready: list[Member], hashes: list[int], session: str | None, home: int | None) -> tuple[Member, policy.Choice]:
     traffic = routes.members.traffic
     matched = routes.index.matched(hashes, [m.key for m in ready]) if hashes else [0] * len(ready)
     views = []
@@ -754,7 +756,7 @@ def _choose(routes: Routes, ready: list[Member], hashes: list[int], session: str
         blocks = len(hashes)
         choice = policy.Choice(index, "session", prefix=views[index].matched / blocks if blocks else 0.0)
     else:
-        choice = policy.choose(routes.settings, views, len(hashes), routes.turn)
+        choice = policy.choose(routes.settings, views, len(hashes), routes.turn, home)
         routes.turn += 1
     member = ready[choice.index]
     if hashes:

@@ -203,3 +203,13 @@ def test_usage_from_the_end_of_an_answer() -> None:
     assert usage(b'"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}') == (12, 5)
     assert usage(b'data: {"type":"message_delta","usage":{"input_tokens":4,"output_tokens":9}}\n\n') == (4, 9)
     assert usage(b'{"choices":[]}') == (0, 0)
+
+
+def test_a_new_prefix_starts_at_its_stable_home() -> None:
+    assert policy.home_of("abc", 4) is None, "no whole block"
+    assert policy.home_of("abcdXYZ", 4) == policy.home_of("abcdQRS", 4), "the first block decides"
+    views = [policy.View(outstanding=0)] * 4
+    home = policy.home_of("a prompt of some length", 4)
+    assert home is not None
+    chosen = {policy.choose(SETTINGS, views, 5, turn, home).index for turn in range(8)}
+    assert chosen == {home % 4}, "equal members: the prompt's home, whatever the turn"
