@@ -7,7 +7,8 @@ Reads the environment the manifests in `deploy/` set:
 - `JETWAY_MODE`: `standalone` (default) or `cluster`, where the process talks to Kubernetes
   (in-cluster service account, else `$KUBECONFIG`);
 - `JETWAY_HEALTH_PORT` (default 8090): `/healthz` (the process and its NATS connection are
-  alive) and `/readyz` (every service rebuilt its state and the extra checks pass);
+  alive), `/readyz` (every service rebuilt its state and the extra checks pass) and `/metrics`
+  (Prometheus, runtime/metrics.py and docs/metrics.md);
 - `JETWAY_DEV_RELOAD=true` (the Tilt stack): when a source file changes, drain and start again;
 - `JETWAY_SNAPSHOTS` (`on`/`off`), `JETWAY_SNAPSHOT_EVERY_EVENTS` (10000), `JETWAY_SNAPSHOT_EVERY_SECONDS`
   (300): when each runner stores a snapshot of its projection (runtime/snapshots.py), read once at start;
@@ -31,7 +32,7 @@ from pathlib import Path
 from aiohttp import web
 from nats.aio.client import Client
 
-from runtime import logs, telemetry
+from runtime import logs, metrics, telemetry
 from runtime.bus import Credentials, connect, streams_from_env
 from runtime.kube import Kube
 from runtime.leases import LeaseSettings, replica_id
@@ -120,6 +121,7 @@ async def serve_health(nc: Client, runners: list[Runnable], checks: list[Callabl
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

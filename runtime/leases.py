@@ -47,6 +47,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
+from runtime import metrics
 from runtime.bus import CANNOT_REPLICATE
 
 log = logging.getLogger("jetway.leases")
@@ -201,6 +202,12 @@ class Leases:
     def holds(self) -> set[str]:
         return {p for p in self.held if self.valid(p)}
 
+    def held_count(self) -> int:
+        """How many leases are valid now; for `jetway_leases_held`, read by a scrape in another thread: `held` is
+        copied in one step."""
+        now = time.monotonic()
+        return sum(1 for held in list(self.held.values()) if now < held.deadline)
+
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -208,6 +215,7 @@ class Leases:
         status = await self._kv.status()
         if status.ttl:
             self.ttl = float(status.ttl)
+        metrics.watch_leases(self, self.group, self.held_count)  # a lease group is a service (its name)
         try:
             while not self._stopping.is_set():
                 started = time.monotonic()
@@ -218,7 +226,10 @@ class Leases:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), max(0.0, self.ttl / 4 - (time.monotonic() - started)))
         finally:
-            await self.release_all()
+            try:
+                await self.release_all()
+            finally:
+                metrics.unwatch(self)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -60,7 +60,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from contracts.events import Envelope, Event, UndecodableEvent, decode, type_tag
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, GLOBAL, GLOBAL_KINDS, Key, facet_filter, matcher, partition_filter, subject_partition
-from runtime import telemetry
+from runtime import metrics, telemetry
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, streams_from_env
 from runtime.eventstore import Conflict, EventStore, Item, Undecodable, msg_seq
 from runtime.snapshots import Codec, Restored, SnapshotSettings, SnapshotStore, Unusable, settings_from_env
@@ -276,6 +276,7 @@ class Runner:
         self._queued: dict[Key, _Run] = {}  # key → its next reconcile, not started yet
         self._workers: dict[Key, asyncio.Task[None]] = {}  # key → the task reconciling it, while it has work
         self._tracer = trace.get_tracer("jetway.service")
+        self._metrics = metrics.RunnerMetrics(service.name)  # Prometheus (runtime/metrics.py), its children cached
         # Feeds read a broad filter and match the service's filters here: on nats-server 2.15 a consumer
         # with several filter subjects delivers ~50x slower than one with a single filter (docs/event-store.md).
         self._wanted = matcher(self.filters)
@@ -325,6 +326,12 @@ class Runner:
     def lag(self) -> int:
         """Events stored in scope and not handled yet (as the feeds last said)."""
         return sum(self.lags.values())
+
+    def lag_by_feed(self) -> list[tuple[str, int]]:
+        """(feed, events its consumer still had to deliver) for each feed, as its last delivery said: read when
+        scraped, in another thread, so `lags` is copied in one step."""
+        lags = dict(self.lags)
+        return [(feed.label, lags.get(feed.label, 0)) for feed in self.feeds]
 
     @property
     def seq(self) -> int:
@@ -386,6 +393,7 @@ class Runner:
         # what was replayed counts toward the next snapshot: a long replay is followed by one
         self._folds_at_snapshot, self._snapshot_at = 0, time.monotonic()
         self.replayed = replayed
+        self._metrics.replayed.inc(replayed)  # counted once, not per event: a rebuild folds 100k+ events/s
         if self.restored is not None:
             self.restored.events_since = replayed
         log.info(
@@ -562,7 +570,11 @@ class Runner:
         for _ in range(self.settings.conflict_retries):
             try:
                 async with self._limit:
-                    await self.service.reconcile(key, Effects(self, cause))
+                    started = time.perf_counter()
+                    try:
+                        await self.service.reconcile(key, Effects(self, cause))
+                    finally:
+                        self._metrics.reconcile.observe(time.perf_counter() - started)
                 return
             except Requeue:  # the projection was refreshed: decide again from the fresh view
                 continue
@@ -596,11 +608,13 @@ class Runner:
             log.error("event not dead-lettered: %s", exc, extra={"service": self.name, "subject": delivery.subject})
             return
         telemetry.events_dead_lettered.add(1, {"service": self.service.name})
+        self._metrics.dead_lettered.inc()
         log.error("event dead-lettered", extra={"service": self.name, "subject": delivery.subject, "reason": reason})
 
     async def handle_batch(self, feed: Feed, deliveries: list[Delivery]) -> None:
         started = time.perf_counter()
         pending: list[tuple[Delivery, Envelope, list[Key]]] = []  # delivery, its event, the keys it affects
+        done: list[type[Event]] = []  # folded, nothing of ours to reconcile: counted together (runtime/metrics.py)
         for delivery in deliveries:
             self.lags[feed.label] = delivery.pending
             # every event of the feed up to this one is handled by the next await (the sequence a snapshot holds):
@@ -613,40 +627,56 @@ class Runner:
             except UndecodableEvent as exc:
                 self.seen[delivery.subject] = max(self.seen.get(delivery.subject, 0), delivery.seq)
                 await self._dead_letter(delivery, exc.reason)
+                self._metrics.handled(["unknown"], "invalid")
                 continue
             try:
                 folded = self.fold(envelope)
                 keys = [k for k in _dedupe(self.service.affected(envelope)) if self.owns(k)]
             except Exception as exc:  # a fold that fails on a valid event will fail again: do not retry it
                 await self._dead_letter(delivery, f"fold failed: {type(exc).__name__}: {exc}")
+                self._metrics.handled([type(envelope.event)], "invalid")
                 continue
             if not folded and envelope.producer == self.service.name:
-                continue  # our own decision, echoed back: nothing new to reconcile
+                continue  # our own decision, echoed back: nothing new to reconcile (and not counted: `emit` folded it)
             if keys:
-                pending.append((delivery, envelope, keys))
+                pending.append((delivery, envelope, keys))  # counted once settled
+            else:
+                done.append(type(envelope.event))
+        self._metrics.handled(done, "ok")
         if not self.acting():
             self.stop()  # the lease lapsed: the next holder reconciles what is in its partition
+            self._metrics.handled([type(envelope.event) for _, envelope, _ in pending], "not_held")
             return
         await self._settle(pending)
-        telemetry.handler_duration.record(time.perf_counter() - started, {"service": self.service.name})
+        elapsed = time.perf_counter() - started
+        telemetry.handler_duration.record(elapsed, {"service": self.service.name})
+        self._metrics.handler.observe(elapsed)
         if self._snapshot_due():
             self.snapshot_now()
 
     async def _settle(self, pending: list[tuple[Delivery, Envelope, list[Key]]]) -> None:
         """Reconcile each affected key once; a failure is retried after a backoff, then dead-lettered."""
         failures = await self._reconcile_batch(pending)
+        ok: list[type[Event]] = []  # counted together, after the loop
         for delivery, envelope, keys in pending:
             failed = [k for k in keys if k in failures]
             telemetry.events_handled.add(1, {"service": self.service.name, "type": envelope.type, "outcome": "failed" if failed else "ok"})
-            if not failed or not self.acting():
+            # Prometheus counts each event once, when its handling ends (a retry is counted in `retried`)
+            if not failed:
+                ok.append(type(envelope.event))
+                continue
+            if not self.acting():
+                self._metrics.handled([type(envelope.event)], "not_held")
                 continue
             if delivery.attempt >= self.settings.max_attempts:
                 await self._dead_letter(delivery, failures[failed[0]])
+                self._metrics.handled([type(envelope.event)], "dead_lettered")
                 continue
             delay = self.settings.backoff[min(delivery.attempt - 1, len(self.settings.backoff) - 1)]
             task = asyncio.create_task(self._retry(delay, delivery.again(), envelope, failed), name=f"{self.name}-retry")
             self._retrying.add(task)
             task.add_done_callback(self._retrying.discard)
+        self._metrics.handled(ok, "ok")
 
     async def _retry(self, delay: float, delivery: Delivery, envelope: Envelope, keys: list[Key]) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -655,6 +685,7 @@ class Runner:
             return
         self.retries += 1
         telemetry.events_redelivered.add(1, {"service": self.service.name})
+        self._metrics.retried.inc()
         await self._settle([(delivery, envelope, keys)])
 
     async def _reconcile_batch(self, pending: list[tuple[Delivery, Envelope, list[Key]]]) -> dict[Key, str]:
@@ -769,6 +800,7 @@ class Runner:
             asyncio.create_task(self._resync(), name=f"{self.name}-resync"),
             asyncio.create_task(self._snapshot_timer(), name=f"{self.name}-snapshot-timer"),
         ]
+        metrics.watch_lag(self, self.service.name, self.lag_by_feed)  # until the `finally` below
         self.ready.set()
         log.info("service running", extra={"service": self.name})
         try:
@@ -779,6 +811,7 @@ class Runner:
                 if task is not stopping and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]  # a feed that failed for good: the runner with it
         finally:
+            metrics.unwatch(self)
             self._stopping.set()
             for task in [*self._tasks, *self._retrying]:
                 task.cancel()

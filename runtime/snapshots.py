@@ -44,6 +44,8 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
+from runtime import metrics
+
 log = logging.getLogger("jetway.snapshots")
 
 FORMAT = 2  # the layout of `Snapshot` itself (2: `covered` per followed filter)
@@ -416,6 +418,7 @@ class SnapshotStore:
         self.object = OBJECT if partition is None else f"{OBJECT}-{partition}"
         self.stream = f"OBJ_{self.bucket}"
         self._store: ObjectStore | None = None
+        self._written = metrics.SNAPSHOTS_WRITTEN.labels(runner)  # `runner` is the service's name
 
     async def _bucket(self) -> ObjectStore:
         if self._store is None:
@@ -430,6 +433,7 @@ class SnapshotStore:
 
     async def put(self, data: bytes) -> None:
         await (await self._bucket()).put(self.object, data)
+        self._written.inc()
 
     async def get(self, timeout: float = 60.0) -> bytes | None:
         """The stored bytes, None when there is none; an exception when they cannot be read whole."""

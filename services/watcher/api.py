@@ -6,8 +6,9 @@
     GET    /v1/kinds/{kind}/{name}[?namespace=NS] ResourceView
     GET    /v1/kinds/{kind}/{name}/status         {kind, name, generation, observed_generation, phase, conditions, last_reconciled_at}
     DELETE /v1/kinds/{kind}/{name}                {kind, name, action: deleted|noop}
+    GET    /metrics                               Prometheus: every service's in this process (docs/metrics.md)
 
-Every route but /healthz wants `Authorization: Bearer <token>` (401 otherwise). Bad input is
+Every route but /healthz and /metrics wants `Authorization: Bearer <token>` (401 otherwise). Bad input is
 400 `{error, path, errors: [{path, message}]}` with the words of `jetway validate`; a stale
 `resourceVersion` is 409; nothing a client sends yields a 500.
 """
@@ -26,6 +27,7 @@ from contracts.documents import DocumentError, load_json, load_yaml_all
 from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.problems import Problem
 from contracts.subjects import Key
+from runtime import metrics
 from services.watcher.handlers import Refused, WatcherService
 
 log = logging.getLogger("jetway.api")
@@ -33,6 +35,7 @@ MAX_BODY = 4 * 1024 * 1024
 INLINE_PARSE = 64 * 1024  # bodies up to this size parse in well under a millisecond: no thread needed
 JSON_TYPES = ("application/json", "")
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+OPEN = ("/healthz", "/metrics")  # no token: what a supervisor and a Prometheus scraper ask
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -64,7 +67,7 @@ def refusal(refused: Refused) -> web.Response:
 def build_app(watcher: WatcherService, token: str) -> web.Application:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path != "/healthz":
+        if request.path not in OPEN:
             header = request.headers.get("Authorization", "")
             given = header[7:] if header.startswith("Bearer ") else ""
             if not given or not hmac.compare_digest(given.encode(), token.encode()):
@@ -213,6 +216,7 @@ def build_app(watcher: WatcherService, token: str) -> web.Application:
     app.router.add_get("/v1/kinds/{kind}/{name}/objects", get_objects)
     app.router.add_delete("/v1/kinds/{kind}/{name}", delete)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics.handle)
     return app
 
 

@@ -281,6 +281,26 @@ def test_the_webhook_configurations_cover_every_kind_and_reach_the_server(object
     assert webhook_service["spec"]["ports"][0]["targetPort"] in watcher_ports
 
 
+def test_every_service_pod_is_scraped_on_its_health_port(objects: list[dict[str, Any]]) -> None:
+    """Prometheus finds /metrics by the pods' annotations, or by the optional PodMonitor (docs/metrics.md)."""
+    monitor = yaml.safe_load((ROOT / "deploy" / "monitoring" / "podmonitor.yaml").read_text())
+    (selected,) = monitor["spec"]["selector"]["matchExpressions"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    for name, deployment in of_kind(objects, "Deployment").items():
+        template = deployment["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert ports["health"] == int(env.get("JETWAY_HEALTH_PORT", "8090")), name  # runtime/entry.py serves /metrics there
+        annotations = template["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics", name
+        assert annotations["prometheus.io/port"] == str(ports["health"]), name
+        assert template["metadata"]["labels"][selected["key"]] in selected["values"], name
+        assert endpoint["port"] == "health" and endpoint["path"] == "/metrics"
+    kustomization = yaml.safe_load((ROOT / "deploy" / "kustomization.yaml").read_text())
+    assert not any(r.startswith("monitoring") for r in kustomization["resources"])  # the operator's CRDs may not be installed
+
+
 def test_the_dockerfile_builds_the_image_the_manifests_run() -> None:
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     for source in ("contracts", "runtime", "services", "cli"):

@@ -166,6 +166,8 @@ async def test_every_route_wants_the_token(stack: Stack) -> None:
                 assert (await response.json())["code"] == "unauthorized"
     async with stack.http.get(stack.api_url + "/healthz") as response:
         assert response.status == 200
+    async with stack.http.get(stack.api_url + "/metrics") as response:  # open too: a Prometheus scraper has no token
+        assert response.status == 200 and "jetway_events_handled" in await response.text()
 
 
 async def test_reads_kinds_lists_one_status_and_404s(stack: Stack) -> None:
