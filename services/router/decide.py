@@ -124,10 +124,9 @@ class Candidates:
 
 def candidates(members: Members, model: str, api_format: str) -> Candidates:
     """The members that may take a request for `model` in `api_format` now, in a stable order (by key)."""
-    keys = members.by_model.get(model)
-    if not keys:
+    declared = members.declaring(model)
+    if not declared:
         return Candidates(False, False, [])
-    declared = [members.items[k] for k in sorted(keys)]
     accepting = [m for m in declared if api_format in m.formats]
     traffic = members.traffic
     return Candidates(True, bool(accepting), [m for m in accepting if serves(m, model, traffic.get(m.key) or Traffic())])

@@ -68,7 +68,7 @@ def build(
         settings=routing or policy.Settings(),
     )
     members = service.members
-    metrics.watch_in_flight(lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())])
+    metrics.RECORDER.in_flight = lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())]
     return Router(service, runner, routes)
 
 

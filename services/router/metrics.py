@@ -1,18 +1,22 @@
-"""The router's Prometheus metrics, on prometheus_client's default registry (GET /metrics on the router's port,
-and on the health port with the services' own: docs/metrics.md).
+"""The router's Prometheus metrics (docs/router.md, "Metrics"), exposed through prometheus_client's default
+registry: GET /metrics on the router's port, and on the health port with the services' own (docs/metrics.md).
 
-The hot path pays a dict lookup and an `inc()`/`observe()` per figure: the labelled children are cached
-here by their label values, since prometheus_client's `labels()` costs more than the increment. In-flight
-counts are not kept twice: a collector reads the router's own counters when scraped.
+The hot path keeps plain counters: a request adds to a few ints and one histogram's bucket list, on the
+event loop, with no lock (prometheus_client's own metrics take a lock per increment, which measured as a
+tenth of the router's per-request time). A collector turns them into metric families when scraped; the
+exposition format is prometheus_client's. One recorder per process (`RECORDER`): several routers in one
+process (tests) add to the same series, as they would to prometheus_client's metrics.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 # Latency buckets (seconds): a proxied request is ~1 ms, a generation seconds to minutes.
@@ -20,138 +24,165 @@ LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 TTFT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
-REQUESTS = Counter(
-    "jetway_router_requests", "Requests answered, by model, member, endpoint and status", ["model", "member", "endpoint", "status"]
-)
-DURATION = Histogram("jetway_router_request_duration_seconds", "From the request read to the answer's end", ["endpoint"], buckets=LATENCY)
-FIRST_TOKEN = Histogram(
-    "jetway_router_time_to_first_token_seconds", "Streams: from the request read to its first body bytes", ["model", "member"], buckets=TTFT
-)
-INTER_TOKEN = Histogram(
-    "jetway_router_inter_token_latency_seconds", "Streams: the mean time between events after the first", ["model"], buckets=ITL
-)
-TOKENS = Counter(
-    "jetway_router_tokens", "Tokens the upstreams reported in `usage`, by kind (prompt, completion)", ["model", "member", "kind"]
-)
-RETRIES = Counter("jetway_router_retries", "Requests retried on another member after one failed before answering", ["model"])
-UNAVAILABLE = Counter("jetway_router_unavailable", "Requests answered 503: no member could take them", ["model"])
-CHOICES = Counter("jetway_router_policy_choices", "Members chosen, by policy and reason", ["policy", "reason"])
-KEY_REQUESTS = Counter("jetway_router_key_requests", "Requests by client key (its name), by status", ["key", "status"])
-KEY_TOKENS = Counter("jetway_router_key_tokens", "Tokens reported for a client key's requests", ["key"])
 
+class Histogram:
+    """Counts per bucket (the last is +Inf) and the sum; cumulated only when scraped."""
 
-class InFlight(Collector):
-    """`jetway_router_in_flight{member}`, read from the router's own counts when scraped."""
+    __slots__ = ("bounds", "counts", "total")
 
-    def __init__(self, counts: Callable[[], Iterable[tuple[str, int]]]) -> None:
-        self.counts = counts
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        family = GaugeMetricFamily("jetway_router_in_flight", "Requests in flight to each member from this router", labels=["member"])
-        for member, count in self.counts():
-            family.add_metric([member], count)
-        yield family
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
 
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return []  # read live: nothing to check at registration
-
-
-_in_flight: InFlight | None = None
-
-
-def watch_in_flight(counts: Callable[[], Iterable[tuple[str, int]]]) -> None:
-    """Report these counts as in flight (the last router built in a process is the one reported)."""
-    global _in_flight
-    if _in_flight is not None:
-        _in_flight.counts = counts
-        return
-    _in_flight = InFlight(counts)
-    REGISTRY.register(_in_flight)
+    def buckets(self) -> list[tuple[str, int]]:
+        cumulative, out = 0, []
+        for bound, count in zip((*self.bounds, float("inf")), list(self.counts), strict=True):
+            cumulative += count
+            out.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+        return out
 
 
 class Recorder:
-    """The children of the labelled metrics, cached by label values (the hot path's only cost is a lookup)."""
+    """What the router counts; a request pays a dict lookup and an addition per figure."""
 
     def __init__(self) -> None:
-        self._requests: dict[tuple[str, str, str, int], Counter] = {}
-        self._durations: dict[str, Histogram] = {}
-        self._first: dict[tuple[str, str], Histogram] = {}
-        self._itl: dict[str, Histogram] = {}
-        self._tokens: dict[tuple[str, str], tuple[Counter, Counter]] = {}
-        self._choices: dict[tuple[str, str], Counter] = {}
-        self._keys: dict[tuple[str, int], Counter] = {}
-        self._key_tokens: dict[str, Counter] = {}
+        self.requests: dict[tuple[str, str, str, str], int] = {}
+        self.durations: dict[str, Histogram] = {}
+        self.first_token: dict[tuple[str, str], Histogram] = {}
+        self.inter_token: dict[str, Histogram] = {}
+        self.tokens: dict[tuple[str, str, str], int] = {}
+        self.retries: dict[str, int] = {}
+        self.unavailable: dict[str, int] = {}
+        self.choices: dict[tuple[str, str], int] = {}
+        self.key_requests: dict[tuple[str, str], int] = {}
+        self.key_tokens: dict[str, int] = {}
+        self.in_flight: Callable[[], Iterable[tuple[str, int]]] = list
 
     def answered(self, model: str, member: str, endpoint: str, status: int, seconds: float) -> None:
-        labels = (model, member, endpoint, status)
-        child = self._requests.get(labels)
-        if child is None:
-            child = self._requests[labels] = REQUESTS.labels(model, member, endpoint, str(status))
-        child.inc()
-        duration = self._durations.get(endpoint)
+        labels = (model, member, endpoint, str(status))
+        self.requests[labels] = self.requests.get(labels, 0) + 1
+        duration = self.durations.get(endpoint)
         if duration is None:
-            duration = self._durations[endpoint] = DURATION.labels(endpoint)
+            duration = self.durations[endpoint] = Histogram(LATENCY)
         duration.observe(seconds)
 
     def stream(self, model: str, member: str, first: float, events: int, span: float) -> None:
         """A stream's time to first bytes, and the mean gap between its `events` events over `span` seconds after it."""
-        child = self._first.get((model, member))
-        if child is None:
-            child = self._first[(model, member)] = FIRST_TOKEN.labels(model, member)
-        child.observe(first)
+        histogram = self.first_token.get((model, member))
+        if histogram is None:
+            histogram = self.first_token[(model, member)] = Histogram(TTFT)
+        histogram.observe(first)
         if events > 1:
-            itl = self._itl.get(model)
+            itl = self.inter_token.get(model)
             if itl is None:
-                itl = self._itl[model] = INTER_TOKEN.labels(model)
+                itl = self.inter_token[model] = Histogram(ITL)
             itl.observe(span / (events - 1))
 
-    def tokens(self, model: str, member: str, prompt: int, completion: int) -> None:
-        pair = self._tokens.get((model, member))
-        if pair is None:
-            pair = self._tokens[(model, member)] = (TOKENS.labels(model, member, "prompt"), TOKENS.labels(model, member, "completion"))
-        if prompt:
-            pair[0].inc(prompt)
-        if completion:
-            pair[1].inc(completion)
+    def used(self, model: str, member: str, prompt: int, completion: int) -> None:
+        for kind, count in (("prompt", prompt), ("completion", completion)):
+            if count:
+                labels = (model, member, kind)
+                self.tokens[labels] = self.tokens.get(labels, 0) + count
 
     def retried(self, model: str) -> None:
-        RETRIES.labels(model).inc()  # rare: no cache
+        self.retries[model] = self.retries.get(model, 0) + 1
 
-    def unavailable(self, model: str) -> None:
-        UNAVAILABLE.labels(model).inc()
+    def refused(self, model: str) -> None:
+        self.unavailable[model] = self.unavailable.get(model, 0) + 1
 
     def chose(self, policy: str, reason: str) -> None:
-        child = self._choices.get((policy, reason))
-        if child is None:
-            child = self._choices[(policy, reason)] = CHOICES.labels(policy, reason)
-        child.inc()
+        labels = (policy, reason)
+        self.choices[labels] = self.choices.get(labels, 0) + 1
 
     def key(self, name: str, status: int, tokens: int) -> None:
-        child = self._keys.get((name, status))
-        if child is None:
-            child = self._keys[(name, status)] = KEY_REQUESTS.labels(name, str(status))
-        child.inc()
+        labels = (name, str(status))
+        self.key_requests[labels] = self.key_requests.get(labels, 0) + 1
         if tokens:
-            spent = self._key_tokens.get(name)
-            if spent is None:
-                spent = self._key_tokens[name] = KEY_TOKENS.labels(name)
-            spent.inc(tokens)
+            self.key_tokens[name] = self.key_tokens.get(name, 0) + tokens
+
+
+COUNTERS = (  # name, help, labels, the Recorder's attribute
+    (
+        "jetway_router_requests",
+        "Requests answered, by model, member, endpoint and status",
+        ["model", "member", "endpoint", "status"],
+        "requests",
+    ),
+    ("jetway_router_tokens", "Tokens the members reported in `usage`, by kind", ["model", "member", "kind"], "tokens"),
+    ("jetway_router_retries", "Requests retried on another member after one failed before answering", ["model"], "retries"),
+    ("jetway_router_unavailable", "Requests answered 503: no member could take them", ["model"], "unavailable"),
+    ("jetway_router_policy_choices", "Members chosen, by policy and reason", ["policy", "reason"], "choices"),
+    ("jetway_router_key_requests", "Requests by client key (its name) and status", ["key", "status"], "key_requests"),
+    ("jetway_router_key_tokens", "Tokens counted against a client key", ["key"], "key_tokens"),
+)
+HISTOGRAMS = (
+    ("jetway_router_request_duration_seconds", "From the request read to the answer's end", ["endpoint"], "durations"),
+    (
+        "jetway_router_time_to_first_token_seconds",
+        "Streams: from the request read to its first body bytes",
+        ["model", "member"],
+        "first_token",
+    ),
+    ("jetway_router_inter_token_latency_seconds", "Streams: the mean time between events after the first", ["model"], "inter_token"),
+)
+
+
+def _labels(key: Any) -> list[str]:
+    return list(key) if isinstance(key, tuple) else [key]
+
+
+class RouterCollector(Collector):
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.recorder
+        for name, documentation, labels, attribute in COUNTERS:
+            counter = CounterMetricFamily(name, documentation, labels=labels)
+            for key, value in list(getattr(r, attribute).items()):  # a copy: a scrape runs in a thread while requests add
+                counter.add_metric(_labels(key), value)
+            yield counter
+        for name, documentation, labels, attribute in HISTOGRAMS:
+            histogram = HistogramMetricFamily(name, documentation, labels=labels)
+            for key, found in list(getattr(r, attribute).items()):
+                histogram.add_metric(_labels(key), found.buckets(), sum_value=found.total)
+            yield histogram
+        in_flight = GaugeMetricFamily("jetway_router_in_flight", "Requests in flight to each member from this router", labels=["member"])
+        for member, count in list(r.in_flight()):
+            in_flight.add_metric([member], count)
+        yield in_flight
+
+
+RECORDER = Recorder()
+REGISTRY.register(RouterCollector(RECORDER))
 
 
 # `usage` in an OpenAI answer (prompt_tokens, completion_tokens) or an Anthropic one (input_tokens, output_tokens);
 # read from the answer's last bytes, where both put it (a stream's last event with include_usage, a body's end).
-_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d+)')
 USAGE_TAIL = 4096
+_PROMPT = (b'"prompt_tokens":', b'"input_tokens":')
+_COMPLETION = (b'"completion_tokens":', b'"output_tokens":')
+
+
+_NUMBER = re.compile(rb"\s*(\d+)")
+
+
+def _last_number(tail: bytes, names: tuple[bytes, bytes]) -> int:
+    for name in names:
+        at = tail.rfind(name)
+        if at != -1:
+            found = _NUMBER.match(tail, at + len(name))
+            return int(found.group(1)) if found else 0
+    return 0
 
 
 def usage(tail: bytes) -> tuple[int, int]:
     """(prompt, completion) tokens in the last `usage` of an answer's tail; (0, 0) when it has none."""
-    prompt = completion = 0
-    if b"_tokens" not in tail:  # most chunks of a stream: no usage, no regex
+    if b"_tokens" not in tail:  # most chunks of a stream
         return 0, 0
-    for name, value in _USAGE.findall(tail):
-        if name in (b"prompt_tokens", b"input_tokens"):
-            prompt = int(value)
-        else:
-            completion = int(value)
-    return prompt, completion
+    return _last_number(tail, _PROMPT), _last_number(tail, _COMPLETION)

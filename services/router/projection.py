@@ -61,11 +61,19 @@ class Traffic:
 @dataclass
 class Members:
     snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
-    snapshot_skip = ("traffic",)  # live, per process: a restart starts with no request in flight
+    snapshot_skip = ("traffic", "_ordered")  # live, per process: a restart starts with no request in flight; a cache
 
     items: dict[Key, Member] = field(default_factory=dict)
     traffic: dict[Key, Traffic] = field(default_factory=dict)
     by_model: dict[str, set[Key]] = field(default_factory=dict)
+    _ordered: dict[str, list[Member]] = field(default_factory=dict)  # by_model's members in key order, built when asked
+
+    def declaring(self, model: str) -> list[Member]:
+        """The members that declare `model`, in key order (the same list until a member changes)."""
+        found = self._ordered.get(model)
+        if found is None:
+            found = self._ordered[model] = [self.items[k] for k in sorted(self.by_model.get(model, ()))]
+        return found
 
     def _unindex(self, member: Member) -> None:
         for model in member.declared:
@@ -78,6 +86,7 @@ class Members:
     def fold(self, envelope: Envelope) -> None:
         event, key = envelope.event, envelope.key
         if envelope.facet == SPEC:
+            self._ordered.clear()
             old = self.items.get(key)
             if old is not None:
                 self._unindex(old)

@@ -41,7 +41,7 @@ from services.router.apis import APIS, Api, boundary_of, form_field
 from services.router.apis import error as api_error
 from services.router.apis import openai_error as openai_error
 from services.router.keys import Admission, Gate, wants_anthropic_errors
-from services.router.metrics import USAGE_TAIL, Recorder, usage
+from services.router.metrics import RECORDER, USAGE_TAIL, Recorder, usage
 from services.router.projection import Member, Members
 from services.router.signal import ClientTooSlow
 from services.router.upstream import BeforeResponse, Connection, Endpoint, UpstreamError, UpstreamPool
@@ -179,7 +179,7 @@ class Routes:
     settings: policy.Settings = field(default_factory=policy.Settings)
     keys: Gate | None = None  # None: any client may call (client keys off)
     turn: int = 0
-    recorder: Recorder = field(default_factory=Recorder)
+    recorder: Recorder = RECORDER
     index: policy.PrefixIndex = field(init=False)
     sessions: policy.Sessions = field(default_factory=policy.Sessions)
 
@@ -499,20 +499,22 @@ class Relay:
 
     def body(self, chunk: bytes) -> None:
         self.pending.append(chunk)
-        if self.streaming:
-            self.last_at = now = self.client.listener.loop.time()
-            if not self.first_at:
-                self.first_at = now
-            self.events += chunk.count(b"data:")
-        self.tail = (self.tail[1], chunk)
 
     def _drop(self, chunk: bytes) -> None:
         pass
 
     def flush(self) -> None:
+        """Write what one upstream read brought, in one write; the metrics' notes are taken here, once a read."""
         if self.pending:
-            self.client.write(b"".join(self.pending) if len(self.pending) > 1 else self.pending[0])
+            data = b"".join(self.pending) if len(self.pending) > 1 else self.pending[0]
             self.pending = []
+            self.client.write(data)
+            if self.streaming:
+                self.last_at = now = self.client.listener.loop.time()
+                if not self.first_at:
+                    self.first_at = now
+                self.events += data.count(b"data:")
+            self.tail = (self.tail[1], data)
         if not self.client.writable.is_set() and self.connection is not None:
             self.connection.pause()  # the client reads slower than the upstream writes
 
@@ -554,11 +556,14 @@ async def route(client: HttpConnection, request: Request) -> None:
         client.respond(*openai_error(404, f"no route {method} {request.path}", "invalid_request_error", "not_found"))
 
 
+OPEN = Admission()  # client keys off: every request is admitted, as no one
+
+
 def _admit(client: HttpConnection, request: Request, api: Api | None, model: str | None) -> Admission | None:
     """The client key's admission, or None once its refusal is answered (401, 404, 429)."""
     keys = client.routes.keys
     if keys is None:
-        return Admission()
+        return OPEN
     admission = keys.admit(request.headers, model, client.listener.loop.time())
     refusal = admission.refusal
     if refusal is None:
@@ -696,7 +701,7 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
                 return member.name, 0
             prompt, completion = relay.usage()
             if prompt or completion:
-                routes.recorder.tokens(model, member.name, prompt, completion)
+                routes.recorder.used(model, member.name, prompt, completion)
             if relay.first_at:
                 routes.recorder.stream(model, member.name, relay.first_at - client.started, relay.events, relay.last_at - relay.first_at)
             return member.name, prompt + completion
@@ -716,7 +721,7 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
         finally:
             traffic.outstanding -= 1
     message = f"no member can take a request for {model!r} now: {last_error}"
-    routes.recorder.unavailable(model)
+    routes.recorder.refused(model)
     client.respond(*api_error(api, 503, message, "server_error", "upstream_unavailable"), extra=[(b"retry-after", b"1")])
     return "", 0
 
