@@ -55,6 +55,7 @@ class Context:
     replica: str = field(default_factory=replica_id)  # JETWAY_REPLICA, else the host name
     after_ready: list[Callable[[], Awaitable[Stop]]] = field(default_factory=list)  # servers: start, return their stop
     checks: list[Callable[[], bool]] = field(default_factory=list)  # extra readiness conditions
+    before_stop: list[Callable[[], Awaitable[object]]] = field(default_factory=list)  # on SIGTERM, before the services stop
 
     @property
     def cluster(self) -> bool:
@@ -148,10 +149,20 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], 
         await kube.discover()
     context = Context(nc, kube, resync_interval=resync, leases=leases)
     runners = await build(context)
-    stop = asyncio.Event()
+    stop, signalled = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signalled.set)
+
+    async def on_signal() -> None:
+        """What must happen while every service still runs (the router's drain), then the stop."""
+        await signalled.wait()
+        for hook in context.before_stop:
+            with contextlib.suppress(Exception):
+                await hook()
+        stop.set()
+
+    signals = asyncio.create_task(on_signal())
     health = await serve_health(
         nc, runners, context.checks, os.environ.get("JETWAY_HEALTH_HOST", "0.0.0.0"), int(os.environ.get("JETWAY_HEALTH_PORT", "8090"))
     )
@@ -168,6 +179,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], 
     try:
         await run_until_stopped(runners, stop, ready)
     finally:
+        signals.cancel()
         for stop_server in stops:
             with contextlib.suppress(Exception):
                 await stop_server()

@@ -21,7 +21,7 @@ from runtime.leases import Leases
 from runtime.service import Effects, Runner, Service
 from services.router import decide
 from services.router.probe import Prober
-from services.router.projection import Members
+from services.router.projection import Member, Members
 
 log = logging.getLogger("jetway.gateway")
 DEFAULT_PROBE_INTERVAL = 5.0
@@ -58,15 +58,21 @@ class RouterService(Service):
             self._reprobes.clear()
 
     async def _read_loads(self) -> None:
+        """Each tick, for the members another replica probes: their credentials (a rotated secret is picked up) and
+        their reported load. The first pass runs at once, so a replica routes to every member from the start."""
         if self.leases is None:
             await asyncio.Event().wait()  # one replica probes every member, and reads the load with each probe
         while True:
+            others = [m for key, m in list(self.members.items.items()) if not self.owns(key) and m.spec.backend != "echo"]
+            await asyncio.gather(*(self._follow(m) for m in others), return_exceptions=True)
             await asyncio.sleep(self.resync_interval or DEFAULT_PROBE_INTERVAL)  # the probe tick
-            others = [m for key, m in list(self.members.items.items()) if not self.owns(key)]
-            found = await asyncio.gather(*(self.prober.load(m) for m in others), return_exceptions=True)
-            for member, load in zip(others, found, strict=True):
-                if member.key in self.members.items:
-                    self.members.traffic_of(member.key).load = None if isinstance(load, BaseException) else load
+
+    async def _follow(self, member: Member) -> None:
+        if (member.spec.transport or "http-direct") == "http-direct":
+            await self.prober.resolve(member)
+        load = await self.prober.load(member)
+        if member.key in self.members.items:
+            self.members.traffic_of(member.key).load = load
 
     async def gained(self, partition: str) -> None:
         """A partition's lease: its members are probed now, not at the next tick."""
@@ -77,8 +83,14 @@ class RouterService(Service):
 
     def fold(self, envelope: Envelope) -> None:
         self.members.fold(envelope)
-        if envelope.key not in self.members.items:
+        member = self.members.items.get(envelope.key)
+        if member is None:
             self.prober.forget(envelope.key)
+        elif envelope.facet == SPEC and self.runner is not None and self.runner.ready.is_set() and not self.owns(envelope.key):
+            # applied or changed, probed by another replica: resolved here now, not at the next tick
+            task = asyncio.get_running_loop().create_task(self._follow(member))
+            self._probing.add(task)
+            task.add_done_callback(self._probing.discard)
 
     def projection(self) -> Members:
         return self.members

@@ -101,10 +101,13 @@ async def start(context: Context) -> list[Runnable]:
 
         watching = asyncio.create_task(keyfile.watch(router.service.resync_interval or 5.0, router.routes.keys)) if keyfile else None
 
+        context.before_stop.append(serving.drain)  # on SIGTERM: requests in progress finish while the probes still run
+        context.checks.append(lambda: not serving.listener.draining)  # /readyz: no new traffic while draining
+
         async def stop() -> None:
             if watching is not None:
                 watching.cancel()
-            await serving.drain()
+            await serving.drain()  # already drained on SIGTERM; this closes what is left (a failure's stop)
 
         return stop
 

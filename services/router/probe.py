@@ -63,23 +63,10 @@ class Prober:
             return ProbeOutcome(models=member.declared), transport
         if transport == "operator-signal":
             return await self._probe_agent(spec.computeOperatorRef or ""), transport
-        token = ""
-        if spec.authSecretRef:
-            value = await self._read_secret(spec.authSecretRef, "authSecretRef")
-            if isinstance(value, ProbeOutcome):
-                return value, transport
-            token = bearer_token(value)
-        bundle = None
-        if spec.caFileRef:
-            value = await self._read_secret(spec.caFileRef, "caFileRef")
-            if isinstance(value, ProbeOutcome):
-                return value, transport
-            bundle = value
-        try:
-            endpoint = Endpoint.parse(spec.url, bundle)
-        except ValueError as exc:
-            return ProbeOutcome(reason="ProbeFailed", message=f"url cannot be dialled: {exc}"), transport
-        self.resolved[member.key] = (endpoint, token)
+        resolved = await self.resolve(member)
+        if isinstance(resolved, ProbeOutcome):
+            return resolved, transport
+        endpoint, token = resolved
         headers = [(b"accept", b"application/json")]
         if token:
             headers.append((b"authorization", b"Bearer " + token.encode()))
@@ -99,6 +86,30 @@ class Prober:
         if outcome.models is not None:
             outcome = ProbeOutcome(models=outcome.models, load=await self.load(member))
         return outcome, transport
+
+    async def resolve(self, member: Member) -> tuple[Endpoint, str] | ProbeOutcome:
+        """What the router dials for an http-direct member: its endpoint and the bearer token its secret holds now,
+        kept for requests (`credentials`); or why not. A router replica resolves every member, also those whose
+        health another replica probes and records, since it routes to all of them."""
+        spec = member.spec
+        token = ""
+        if spec.authSecretRef:
+            value = await self._read_secret(spec.authSecretRef, "authSecretRef")
+            if isinstance(value, ProbeOutcome):
+                return value
+            token = bearer_token(value)
+        bundle = None
+        if spec.caFileRef:
+            value = await self._read_secret(spec.caFileRef, "caFileRef")
+            if isinstance(value, ProbeOutcome):
+                return value
+            bundle = value
+        try:
+            endpoint = Endpoint.parse(spec.url, bundle)
+        except ValueError as exc:
+            return ProbeOutcome(reason="ProbeFailed", message=f"url cannot be dialled: {exc}")
+        self.resolved[member.key] = (endpoint, token)
+        return endpoint, token
 
     async def load(self, member: Member) -> loads.Load | None:
         """What the member reports on GET /metrics, with the credentials its last probe resolved; None when it
