@@ -36,6 +36,13 @@ def advertised(body: bytes) -> tuple[str, ...] | None:
     return tuple(str(m["id"]) for m in models.data if isinstance(m.get("id"), str))
 
 
+def _headers(accept: bytes, token: str) -> list[tuple[bytes, bytes]]:
+    headers = [(b"accept", accept)]
+    if token:
+        headers.append((b"authorization", b"Bearer " + token.encode()))
+    return headers
+
+
 @dataclass
 class Prober:
     pool: UpstreamPool
@@ -67,11 +74,10 @@ class Prober:
         if isinstance(resolved, ProbeOutcome):
             return resolved, transport
         endpoint, token = resolved
-        headers = [(b"accept", b"application/json")]
-        if token:
-            headers.append((b"authorization", b"Bearer " + token.encode()))
         try:
-            answer = await self.pool.fetch(endpoint, "GET", "/v1/models", headers, timeout=self.timeout, max_body=MAX_MODELS_BODY)
+            answer = await self.pool.fetch(
+                endpoint, "GET", "/v1/models", _headers(b"application/json", token), timeout=self.timeout, max_body=MAX_MODELS_BODY
+            )
         except TooLarge:
             return ProbeOutcome(
                 reason="ProbeFailed", message=f"GET /v1/models answered more than {MAX_MODELS_BODY // (1024 * 1024)} MiB"
@@ -118,11 +124,10 @@ class Prober:
         if resolved is None or member.spec.backend == "echo":
             return None
         endpoint, token = resolved
-        headers = [(b"accept", b"text/plain")]
-        if token:
-            headers.append((b"authorization", b"Bearer " + token.encode()))
         try:
-            answer = await self.pool.fetch(endpoint, "GET", "/metrics", headers, timeout=self.timeout, max_body=MAX_METRICS_BODY)
+            answer = await self.pool.fetch(
+                endpoint, "GET", "/metrics", _headers(b"text/plain", token), timeout=self.timeout, max_body=MAX_METRICS_BODY
+            )
         except (UpstreamError, ValueError, OSError):
             return None
         if not 200 <= answer.status < 300:

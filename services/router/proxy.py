@@ -661,7 +661,8 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
         client.respond(*api_error(api, 404, message, "invalid_request_error", "unsupported_api", "model"))
         return "", 0
     fitting = found.ready
-    if api.prompt_field is not None and body is not None:
+    if api.prompt_field is not None and body is not None and any(m.window(model) for m in found.ready):
+        # estimated only when some member states a window: the estimate walks every message
         chat = api.prompt_field == "messages"
         needed = decide.estimate(body, chat)
         fitting = [m for m in found.ready if decide.fits(m, model, needed)]

@@ -139,13 +139,18 @@ async def _is(pending: Any, expected: int) -> bool:
     return bool(await pending == expected)
 
 
-async def test_drain_lets_a_stream_finish_refuses_new_connections_then_closes(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
+async def held_member(stack: Stack, upstreams: list[FakeOpenAI]) -> FakeOpenAI:
+    """A member `slow` whose streams stop after their first event until the test sets `hold`."""
     held = FakeOpenAI(name="held", models=["slow"], hold=asyncio.Event())
     upstreams.append(await held.start())
-    await stack.apply(
-        {**ECHO, "metadata": {"name": "held"}, "spec": {"backend": "vllm-openai", "url": held.url, "models": [{"name": "slow"}]}}
-    )
+    spec = {"backend": "vllm-openai", "url": held.url, "models": [{"name": "slow"}]}
+    await stack.apply({**ECHO, "metadata": {"name": "held"}, "spec": spec})
     await eventually(lambda: stack.served("slow"), message="ready")
+    return held
+
+
+async def test_drain_lets_a_stream_finish_refuses_new_connections_then_closes(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
+    held = await held_member(stack, upstreams)
     serving = await proxy.listen(stack.router.routes, "127.0.0.1", 0, limits=proxy.Limits(drain_timeout=30))
     url = f"http://127.0.0.1:{serving.port}/v1/chat/completions"
     body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "one two three"}]}
@@ -165,12 +170,7 @@ async def test_drain_lets_a_stream_finish_refuses_new_connections_then_closes(st
 
 
 async def test_drain_cuts_off_what_outlasts_the_grace(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
-    held = FakeOpenAI(name="held", models=["slow"], hold=asyncio.Event())
-    upstreams.append(await held.start())
-    await stack.apply(
-        {**ECHO, "metadata": {"name": "held"}, "spec": {"backend": "vllm-openai", "url": held.url, "models": [{"name": "slow"}]}}
-    )
-    await eventually(lambda: stack.served("slow"), message="ready")
+    await held_member(stack, upstreams)  # never released: the drain runs out first
     serving = await proxy.listen(stack.router.routes, "127.0.0.1", 0, limits=proxy.Limits(drain_timeout=0.2))
     body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "one two"}]}
     async with aiohttp.ClientSession() as http, http.post(f"http://127.0.0.1:{serving.port}/v1/chat/completions", json=body) as response:
