@@ -266,6 +266,15 @@ COLUMNS: dict[str, list[tuple[str, Any]]] = {
 }
 
 
+def console_login(api: Api, out: TextIO = sys.stdout) -> int:
+    """A one-time login link for the web console (docs/console.md): the API token stays in jetway.json."""
+    issued = api.call("POST", "/v1/console/codes", what="ask for a console login code")
+    minutes = int(issued.get("expires_in", 600)) // 60
+    print(f"# one-time login link for the Jetway console, valid {minutes} minutes:", file=out)
+    print(issued["url"], file=out)
+    return OK
+
+
 def objects(api: Api, kind: str, name: str, *, namespace: str | None, out: TextIO = sys.stdout) -> int:
     """The objects the running Jetway recorded for a resource, as a YAML stream."""
     info = parse_kind(kind)

@@ -130,6 +130,12 @@ def _apply(args: argparse.Namespace) -> int:
     return _api_call(args, lambda api: client.apply(api, args.filename, dry_run=args.dry_run, output=args.output))
 
 
+def _console(args: argparse.Namespace) -> int:
+    from cli import client
+
+    return _api_call(args, client.console_login)
+
+
 def _diff(args: argparse.Namespace) -> int:
     from cli import client
 
@@ -299,6 +305,10 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.add_argument("--data-dir")
     p.set_defaults(handler=_apply)
+
+    p = sub.add_parser("console", help="print a one-time login link for the web console of the running Jetway")
+    p.add_argument("--data-dir")
+    p.set_defaults(handler=_console)
 
     p = sub.add_parser("diff", help="show what applying the manifests would change (exit 1 when something would)")
     p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE")

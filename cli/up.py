@@ -31,6 +31,7 @@ from runtime.secrets import FileSecrets
 from runtime.service import Runner
 from services import pipeline
 from services.binding.handlers import BindingService
+from services.console.web import Console
 from services.router import main as router_main
 from services.router import policy, proxy
 from services.router.keyfile import KeyFile
@@ -212,6 +213,7 @@ async def up(options: Options) -> int:
     if keyfile is not None:
         tasks.append(asyncio.create_task(keyfile.watch(options.probe_interval, router.routes.keys), name="client-keys"))
     api_runner = serving = None
+    console = Console()
     supervisor: asyncio.Future[str] | None = None
     try:
         ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
@@ -233,7 +235,7 @@ async def up(options: Options) -> int:
                     task.result()
             return 1 if failed else 0
         try:
-            api_runner, api_port = await api.serve(api.build_app(watcher.service, token), HOST, options.api_port)
+            api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), HOST, options.api_port)
             serving = await proxy.listen(router.routes, HOST, options.router_port, limits=options.router_limits)
             router_port = serving.port
         except OSError as exc:
@@ -244,9 +246,12 @@ async def up(options: Options) -> int:
             api_url=f"http://{HOST}:{api_port}", router_url=f"http://{HOST}:{router_port}/v1", token=token, nats_url=nats.client_url
         )
         path = config.write(directory)
+        console.router_url = config.router_url
         resources = watcher.service.rebuilt_count
         say(f"NATS JetStream {nats.url} (store {directory / 'nats'}, sync_interval {nats.sync_interval})")
         say(f"apply API {config.api_url} (bearer token in {path})")
+        # a one-time code, not the token: this line may end up in a terminal's scrollback or a log
+        say(f"console {console.login_url(config.api_url)} (one-time login link, valid 10 minutes; `jetway console` prints another)")
         say(f"router {config.router_url} (OpenAI- and Anthropic-compatible APIs, docs/router.md; policy {router.routes.settings.policy})")
         if keyfile is None:
             say("client keys: off, any client on this machine may call the router (--client-keys required to ask for keys)")

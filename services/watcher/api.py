@@ -7,8 +7,10 @@
     GET    /v1/kinds/{kind}/{name}/status         {kind, name, generation, observed_generation, phase, conditions, last_reconciled_at}
     DELETE /v1/kinds/{kind}/{name}                {kind, name, action: deleted|noop}
     GET    /metrics                               Prometheus: every service's in this process (docs/metrics.md)
+    /ui/, /v1/console/*, /v1/watch, .../history   the web console (services/console/web.py, docs/console.md)
 
-Every route but /healthz and /metrics wants `Authorization: Bearer <token>` (401 otherwise). Bad input is
+Every route but /healthz, /metrics and the console's login link wants `Authorization: Bearer <token>`, or the
+console's session cookie (with `x-jetway-console: 1` on a change: 403 without), 401 otherwise. Bad input is
 400 `{error, path, errors: [{path, message}]}` with the words of `jetway validate`; a stale
 `resourceVersion` is 409; nothing a client sends yields a 500.
 """
@@ -28,6 +30,8 @@ from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.problems import Problem
 from contracts.subjects import Key
 from runtime import metrics
+from services.console import logins
+from services.console import web as console_web
 from services.watcher.handlers import Refused, WatcherService
 
 log = logging.getLogger("jetway.api")
@@ -64,14 +68,23 @@ def refusal(refused: Refused) -> web.Response:
     return error(400, first.message, code="invalid_manifest", path=first.path, problems=refused.problems)
 
 
-def build_app(watcher: WatcherService, token: str) -> web.Application:
+def build_app(watcher: WatcherService, token: str, console: console_web.Console | None = None) -> web.Application:
+    console = console or console_web.Console()
+
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN:
+        if request.path not in OPEN and request.path != console_web.LOGIN_PATH:
             header = request.headers.get("Authorization", "")
             given = header[7:] if header.startswith("Bearer ") else ""
-            if not given or not hmac.compare_digest(given.encode(), token.encode()):
-                return error(401, "missing or invalid bearer token (jetway.json has it)", code="unauthorized")
+            token_ok = bool(given) and hmac.compare_digest(given.encode(), token.encode())
+            verdict = console.check(request, token_ok)
+            if verdict is logins.Access.UNAUTHORIZED:
+                if request.path == "/ui" or request.path.startswith("/ui/"):
+                    return console_web.logged_out("You are not logged in, or your session ended.")
+                return error(401, "missing or invalid bearer token (jetway.json has it) or console session", code="unauthorized")
+            if verdict is logins.Access.CROSS_SITE:
+                return error(403, f"a change from a console session needs the header {logins.CONSOLE_HEADER}: 1", code="forbidden")
+            request[console_web.AUTHENTICATED_BY] = "token" if token_ok else "session"
         try:
             return await handler(request)
         except web.HTTPException as exc:
@@ -217,6 +230,7 @@ def build_app(watcher: WatcherService, token: str) -> web.Application:
     app.router.add_delete("/v1/kinds/{kind}/{name}", delete)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics.handle)
+    console_web.add_routes(app, watcher, console, error)
     return app
 
 

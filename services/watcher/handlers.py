@@ -81,9 +81,13 @@ class WatcherService(Service):
         self.resync_interval = resync_interval
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
         self.rebuilt_count = 0
+        # told of each event once it is folded, so what they read of the state includes it (the console's watch)
+        self.listeners: list[Callable[[Envelope], None]] = []
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
+        for listener in self.listeners:
+            listener(envelope)
 
     def rebuilt(self) -> None:
         self.rebuilt_count = len(self.state.resources.items)

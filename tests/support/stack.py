@@ -19,6 +19,7 @@ from runtime.bus import EVENTS_STREAM, connect
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
 from services import pipeline
+from services.console.web import Console
 from services.router import main as router_main
 from services.router import proxy
 from services.watcher import api
@@ -38,6 +39,7 @@ class Stack:
     watcher: watcher_main.Watcher
     router: router_main.Router
     http: aiohttp.ClientSession
+    console: Console | None = None  # the web console's logins and router relay (services/console)
 
     async def apply(
         self, doc: Any, *, dry_run: bool = False, raw: bytes | None = None, content_type: str = "application/json"
@@ -136,11 +138,13 @@ async def running_stack(
     tasks = [asyncio.create_task(watcher.runner.run()), asyncio.create_task(router.runner.run())]
     await asyncio.wait_for(asyncio.gather(watcher.runner.ready.wait(), router.runner.ready.wait()), 20)
     token = secrets.token_urlsafe(16)
-    api_runner, api_port = await api.serve(api.build_app(watcher.service, token), "127.0.0.1", 0)
+    console = Console()
+    api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), "127.0.0.1", 0)
     router_server, router_port = await proxy.serve(router.routes, "127.0.0.1", 0)
+    console.router_url = f"http://127.0.0.1:{router_port}/v1"
     http = aiohttp.ClientSession()
     try:
-        yield Stack(f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{router_port}/v1", token, nats_url, store, watcher, router, http)
+        yield Stack(f"http://127.0.0.1:{api_port}", console.router_url, token, nats_url, store, watcher, router, http, console)
     finally:
         await http.close()
         router_server.close()

@@ -1,0 +1,300 @@
+"""The console's routes on the apply API's aiohttp app (services/watcher/api.py `build_app` adds them).
+
+    GET  /ui/, /ui/{file}                           the pages (session cookie or bearer token)
+    GET  /ui/login?code=CODE                        a one-time code for a session cookie, then /ui/ (no auth)
+    POST /v1/console/codes                          a fresh one-time login code: `jetway console` (bearer token only)
+    POST /v1/console/logout                         ends the session of the cookie sent
+    GET  /v1/console/info                           the router's URL and what the console relays
+    GET  /v1/console/models                         the router's GET /v1/models, relayed
+    POST /v1/console/chat                           the router's POST /v1/chat/completions, relayed as it streams
+    GET  /v1/watch?kind=KIND                        Server-Sent Events: a snapshot of the kind, then each change
+    GET  /v1/kinds/{kind}/{name}/history            the resource's events (?after=SEQ&limit=N), or its state (?until=SEQ)
+
+The playground's chat is relayed by the API rather than sent by the browser to the router: the router
+stays one origin with no CORS to get right, and a chat from the console needs the console's session
+like any other call. The router sees an ordinary client on 127.0.0.1 (with the client key the user
+typed, when client keys are required).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from contracts.events import Envelope
+from contracts.kinds import KINDS, resolve_kind
+from contracts.subjects import Key
+from runtime.eventstore import Item
+from services.console import timeline
+from services.console.logins import CONSOLE_HEADER, COOKIE, Access, Logins, access
+from services.watcher.handlers import WatcherService
+
+log = logging.getLogger("jetway.console")
+STATIC = Path(__file__).resolve().parent / "static"
+CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".png": "image/png", ".svg": "image/svg+xml"}
+LOGIN_PATH = "/ui/login"
+AUTHENTICATED_BY = web.RequestKey("jetway_authenticated_by", str)  # "token" or "session": set by the API's guard
+HEARTBEAT = 15.0  # seconds between SSE comments: a closed browser tab is noticed by the next write
+RELAY_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=300)
+# The pages load nothing but their own files and call nothing but this origin.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+LOGGED_OUT = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Jetway console: log in</title></head>
+<body><h1>Jetway console</h1><p>{reason}</p>
+<p>Run <code>jetway console</code> on the machine running <code>jetway up</code> for a one-time login link.</p></body></html>
+"""
+
+
+class Fail(Protocol):
+    """services.watcher.api.error: the API's error body, so the console's errors read like every other."""
+
+    def __call__(self, status: int, message: str, *, code: str, path: str | None = None) -> web.Response: ...
+
+
+@dataclass
+class Console:
+    """What the console's routes share: the logins, the router to relay to (set once it listens), the open watches."""
+
+    logins: Logins = field(default_factory=Logins)
+    router_url: str | None = None  # ".../v1", as jetway.json has it
+    clock: Callable[[], float] = time.monotonic
+    watches: set[asyncio.Queue[Key | None]] = field(default_factory=set)
+
+    def login_url(self, api_url: str) -> str:
+        return f"{api_url}{LOGIN_PATH}?code={self.logins.issue(self.clock())}"
+
+    def check(self, request: web.Request, token_ok: bool) -> Access:
+        session = request.cookies.get(COOKIE)
+        return access(
+            request.method,
+            token_ok=token_ok,
+            session_ok=self.logins.valid(session, self.clock()),
+            console_header=request.headers.get(CONSOLE_HEADER),
+        )
+
+
+def logged_out(reason: str, status: int = 401) -> web.Response:
+    return web.Response(status=status, text=LOGGED_OUT.format(reason=reason), content_type="text/html", headers=PAGE_HEADERS)
+
+
+def static_files() -> dict[str, Path]:
+    """The files under static/ by name: only these are served (no path from a request reaches the disk)."""
+    return {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in CONTENT_TYPES}
+
+
+def sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
+
+
+def add_routes(app: web.Application, watcher: WatcherService, console: Console, fail: Fail) -> None:
+    files = static_files()
+    relay: dict[str, aiohttp.ClientSession] = {}
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        name = request.match_info.get("file") or "index.html"
+        path = files.get(name)
+        if path is None:
+            return fail(404, f"no console file {name!r}", code="not_found", path="file")
+        return web.FileResponse(path, headers={**PAGE_HEADERS, "Content-Type": CONTENT_TYPES[path.suffix]})
+
+    async def to_ui(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/ui/")
+
+    async def login(request: web.Request) -> web.Response:
+        session = console.logins.redeem(request.query.get("code", ""), console.clock())
+        if session is None:
+            return logged_out("This login link is not valid: it was used already, it expired (after 10 minutes), or Jetway restarted.")
+        response = web.HTTPFound("/ui/", headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+        max_age = int(console.logins.session_ttl)
+        response.set_cookie(COOKIE, session, max_age=max_age, path="/", httponly=True, samesite="Strict")
+        log.info("console login")  # never the code nor the session
+        raise response
+
+    async def codes(request: web.Request) -> web.Response:
+        if request.get(AUTHENTICATED_BY) != "token":
+            return fail(403, "login codes are issued for the bearer token only (run `jetway console`)", code="forbidden")
+        api_url = f"{request.scheme}://{request.host}"
+        return web.json_response({"url": console.login_url(api_url), "expires_in": int(console.logins.code_ttl)})
+
+    async def logout(request: web.Request) -> web.Response:
+        console.logins.end(request.cookies.get(COOKIE))
+        response = web.json_response({"logged_out": True})
+        response.del_cookie(COOKIE, path="/")
+        return response
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response({"router_url": console.router_url, "relays": ["/v1/console/models", "/v1/console/chat"]})
+
+    def router_or_503() -> str | web.Response:
+        if console.router_url is None or "session" not in relay:
+            return fail(503, "the router is not listening yet; try again shortly", code="unavailable")
+        return console.router_url
+
+    def router_headers(request: web.Request) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        key = request.headers.get("x-jetway-client-key", "").strip()
+        if key:  # client keys required: the key the user typed in the playground, for the router to judge
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    async def models(request: web.Request) -> web.Response:
+        base = router_or_503()
+        if isinstance(base, web.Response):
+            return base
+        try:
+            async with relay["session"].get(f"{base}/models", headers=router_headers(request)) as upstream:
+                return web.Response(status=upstream.status, body=await upstream.read(), content_type="application/json")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return fail(502, f"the router at {base} did not answer: {type(exc).__name__}", code="bad_gateway")
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        base = router_or_503()
+        if isinstance(base, web.Response):
+            return base
+        body = await request.read()
+        try:
+            async with relay["session"].post(f"{base}/chat/completions", data=body, headers=router_headers(request)) as upstream:
+                headers = {"Content-Type": upstream.headers.get("Content-Type", "application/json"), "Cache-Control": "no-store"}
+                for name in ("x-jetway-member", "x-jetway-route"):
+                    if name in upstream.headers:
+                        headers[name] = upstream.headers[name]
+                response = web.StreamResponse(status=upstream.status, headers=headers)
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return fail(502, f"the router at {base} did not answer: {type(exc).__name__}", code="bad_gateway")
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        info = resolve_kind(request.query.get("kind", ""))
+        if info is None:
+            given = request.query.get("kind", "")
+            return fail(400, f"kind: unknown kind {given!r} (known: {', '.join(KINDS)})", code="invalid_request", path="kind")
+        namespace = request.query.get("namespace") or None
+        changed: asyncio.Queue[Key | None] = asyncio.Queue()
+        pending: set[Key] = set()  # a key waiting to be sent is not queued again: the queue stays as small as the kind
+
+        def heard(envelope: Envelope) -> None:
+            try:
+                key = envelope.key
+            except (KeyError, ValueError):  # a subject of no kind the API knows (the cluster's discovery)
+                return
+            if key.kind == info.kind and (namespace is None or key.namespace == namespace) and key not in pending:
+                pending.add(key)
+                changed.put_nowait(key)
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        watcher.listeners.append(heard)  # before the snapshot: a change meanwhile is sent after it, never lost
+        console.watches.add(changed)
+        try:
+            await response.prepare(request)
+            states = watcher.state.resources.of_kind(info.kind)
+            items = [watcher.state.view(s) for s in states if namespace is None or s.key.namespace == namespace]
+            await response.write(sse("snapshot", {"kind": info.kind, "items": items}))
+            while True:
+                try:
+                    key = await asyncio.wait_for(changed.get(), HEARTBEAT)
+                except TimeoutError:
+                    await response.write(b": still here\n\n")
+                    continue
+                if key is None:  # the API is stopping
+                    break
+                pending.discard(key)
+                state = watcher.state.resources.items.get(key)
+                if state is None:
+                    await response.write(sse("deleted", {"kind": key.kind, "namespace": key.namespace, "name": key.name}))
+                else:
+                    await response.write(sse("changed", watcher.state.view(state)))
+        except (ConnectionResetError, ConnectionError):
+            pass  # the browser left
+        finally:
+            with contextlib.suppress(ValueError):
+                watcher.listeners.remove(heard)
+            console.watches.discard(changed)
+        return response
+
+    async def history(request: web.Request) -> web.Response:
+        info = resolve_kind(request.match_info["kind"])
+        if info is None:
+            return fail(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
+        key = Key(info.kind, (request.query.get("namespace") or "default") if info.namespaced else "", request.match_info["name"])
+        try:
+            limit = timeline.page_size(request.query.get("limit"))
+            after = timeline.sequence("after", request.query.get("after"))
+            until = timeline.sequence("until", request.query.get("until"))
+        except ValueError as exc:
+            return fail(400, str(exc), code="invalid_request", path=str(exc).split(":", 1)[0])
+        runner = watcher.runner
+        if runner is None:
+            return fail(503, "the event stream is not read yet; try again shortly", code="unavailable")
+        if until is not None:
+            items = await runner.store.history(key, until_seq=until)
+            return web.json_response({"kind": key.kind, "name": key.name, "until": until, "state": timeline.state_as_of(items, key)})
+        page: list[Item] = []
+
+        class Full(Exception):
+            """Enough for a page: the scan stops here."""
+
+        def keep(item: Item) -> None:
+            if len(page) > limit:
+                raise Full
+            page.append(item)
+
+        with contextlib.suppress(Full):
+            await runner.store.scan(key.history_filter(), keep, since_seq=None if after is None else after + 1)
+        if not page and after is None:
+            return fail(404, f"no events about {key} (it never existed, or its history was purged)", code="not_found")
+        more = len(page) > limit
+        shown = page[:limit]
+        return web.json_response(
+            {
+                "kind": key.kind,
+                "name": key.name,
+                "namespace": key.namespace or None,
+                "events": [timeline.entry(i) for i in shown],
+                "next_after": shown[-1].seq if more else None,
+            }
+        )
+
+    async def open_relay(app: web.Application) -> None:
+        relay["session"] = aiohttp.ClientSession(timeout=RELAY_TIMEOUT)
+
+    async def stop_watches(app: web.Application) -> None:
+        for queue in list(console.watches):
+            queue.put_nowait(None)
+
+    async def close_relay(app: web.Application) -> None:
+        if "session" in relay:
+            await relay.pop("session").close()
+
+    app.on_startup.append(open_relay)
+    app.on_shutdown.append(stop_watches)  # before aiohttp waits for handlers: open watches end at once
+    app.on_cleanup.append(close_relay)
+    app.router.add_get("/ui", to_ui)
+    app.router.add_get("/ui/", page)
+    app.router.add_get(LOGIN_PATH, login)
+    app.router.add_get("/ui/{file}", page)
+    app.router.add_post("/v1/console/codes", codes)
+    app.router.add_post("/v1/console/logout", logout)
+    app.router.add_get("/v1/console/info", info)
+    app.router.add_get("/v1/console/models", models)
+    app.router.add_post("/v1/console/chat", chat)
+    app.router.add_get("/v1/watch", watch)
+    app.router.add_get("/v1/kinds/{kind}/{name}/history", history)

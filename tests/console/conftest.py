@@ -1,0 +1,85 @@
+"""The console's tests: a standalone stack with the pipeline (so deployments change phase), and a real browser.
+
+The browser is Debian's chromium driven by the playwright package (no browser download). Without either the
+browser tests skip saying how to get them (the skip summary names the reason); `.ci/run` installs chromium first
+when it can (apt), so CI runs them wherever the package can be installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.nats import NatsEndpoint
+from tests.support.stack import Stack, running_pipeline, running_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "docs" / "console"
+NO_BROWSER = (
+    "the console's browser tests drive a system chromium with the playwright package: "
+    "apt-get install chromium (or set JETWAY_CHROMIUM to a Chromium binary) and pip install -e '.[test]'; "
+    "`playwright install` is not needed"
+)
+
+
+def chromium_path() -> str | None:
+    named = os.environ.get("JETWAY_CHROMIUM")
+    if named:
+        return named if Path(named).exists() else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def required_or_skip(reason: str) -> None:
+    pytest.skip(reason)
+
+
+@pytest.fixture
+async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The standalone stack with the selector, storage and workload services, so a deployment gets a phase."""
+    async with running_stack(nats.url, tmp_path) as running, running_pipeline(nats.url):
+        yield running
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """A headless chromium for one test, launched on the test's loop."""
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        required_or_skip(f"playwright is not installed: {NO_BROWSER}")
+    path = chromium_path()
+    if path is None:
+        required_or_skip(f"no chromium found: {NO_BROWSER}")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=path, headless=True)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+async def page(browser: Any, stack: Stack) -> AsyncIterator[Any]:
+    """A page logged in to the stack's console through a one-time login link, 1280 px wide."""
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = await context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    assert stack.console is not None
+    await tab.goto(stack.console.login_url(stack.api_url))
+    try:
+        yield tab
+        assert not errors, f"the page's scripts failed: {errors}"
+    finally:
+        await context.close()
+
+
+async def screenshot(tab: Any, name: str) -> None:
+    """Pictures for docs/console.md, taken when JETWAY_SCREENSHOTS=1 (not on every run: they would differ each time)."""
+    if os.environ.get("JETWAY_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
