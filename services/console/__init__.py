@@ -2,6 +2,7 @@
 
 - `logins.py` one-time login codes, browser sessions and who may call what (pure decisions);
 - `timeline.py` a resource's events as the timeline shows them, and its state as of any of them;
+- `figures.py` the pool members page's router figures (rates, error rate, TTFT quantiles) from the router's counters;
 - `web.py` the console's routes on the apply API's aiohttp app: the static pages, the login link,
   the live watch (Server-Sent Events), the history and the playground's chat, relayed to the router;
 - `static/` the pages: plain ES modules and CSS, no build step, nothing fetched from the web.

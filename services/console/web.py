@@ -9,6 +9,8 @@
     POST /v1/console/chat                           the router's POST /v1/chat/completions, relayed as it streams
     GET  /v1/watch?kind=KIND                        Server-Sent Events: a snapshot of the kind, then each change
     GET  /v1/kinds/{kind}/{name}/history            the resource's events (?after=SEQ&limit=N), or its state (?until=SEQ)
+    GET  /v1/console/discovery                      what the cluster serves, by CRD name (providers' health checks)
+    GET  /v1/console/router-figures                 the router's live figures per member and per model (figures.py)
 
 The playground's chat is relayed by the API rather than sent by the browser to the router: the router
 stays one origin with no CORS to get right, and a chat from the console needs the console's session
@@ -26,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -35,9 +37,12 @@ from contracts.events import Envelope
 from contracts.kinds import KINDS, resolve_kind
 from contracts.subjects import Key
 from runtime.eventstore import Item
-from services.console import timeline
+from services.console import figures, timeline
 from services.console.logins import CONSOLE_HEADER, COOKIE, Access, Logins, access
 from services.watcher.handlers import WatcherService
+
+if TYPE_CHECKING:
+    from services.router.metrics import Recorder
 
 log = logging.getLogger("jetway.console")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -74,6 +79,8 @@ class Console:
     router_url: str | None = None  # ".../v1", as jetway.json has it
     clock: Callable[[], float] = time.monotonic
     watches: set[asyncio.Queue[Key | None]] = field(default_factory=set)
+    recorder: Recorder | None = None  # the router's counters; None: its process-wide RECORDER (`jetway up` runs it here)
+    samples: list[figures.Sample] = field(default_factory=list)  # the router's recent counts: rates are between them
 
     def login_url(self, api_url: str) -> str:
         return f"{api_url}{LOGIN_PATH}?code={self.logins.issue(self.clock())}"
@@ -90,6 +97,14 @@ class Console:
 
 def logged_out(reason: str, status: int = 401) -> web.Response:
     return web.Response(status=status, text=LOGGED_OUT.format(reason=reason), content_type="text/html", headers=PAGE_HEADERS)
+
+
+def router_recorder() -> Recorder:
+    """The router's process-wide counters, imported when first asked: importing registers its collector, which a
+    process with no router (the watcher alone, in a cluster) should not export empty."""
+    from services.router.metrics import RECORDER
+
+    return RECORDER
 
 
 def static_files() -> dict[str, Path]:
@@ -181,6 +196,19 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 return response
         except (aiohttp.ClientError, TimeoutError) as exc:
             return fail(502, f"the router at {base} did not answer: {type(exc).__name__}", code="bad_gateway")
+
+    async def router_figures(request: web.Request) -> web.Response:
+        now = figures.sample(console.recorder or router_recorder(), console.clock())
+        console.samples = figures.keep(console.samples, now)
+        body = figures.figures(console.samples[0] if console.samples[0] is not now else None, now)
+        return web.json_response({"router_url": console.router_url, "window": figures.WINDOW, **body})
+
+    async def discovery(request: web.Request) -> web.Response:
+        """The watcher's last ApisDiscovered as CRD names ("plural.group"), for the providers' health checks; in
+        standalone mode nothing is discovered: `checked` is false."""
+        found = watcher.state.discovered
+        served = sorted({f"{r.split('/')[2]}.{r.split('/')[0]}" for r in found.resources if r.count("/") == 2}) if found else []
+        return web.json_response({"checked": found is not None, "served": served})
 
     async def watch(request: web.Request) -> web.StreamResponse:
         info = resolve_kind(request.query.get("kind", ""))
@@ -296,5 +324,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     app.router.add_get("/v1/console/info", info)
     app.router.add_get("/v1/console/models", models)
     app.router.add_post("/v1/console/chat", chat)
+    app.router.add_get("/v1/console/router-figures", router_figures)
+    app.router.add_get("/v1/console/discovery", discovery)
     app.router.add_get("/v1/watch", watch)
     app.router.add_get("/v1/kinds/{kind}/{name}/history", history)

@@ -3,12 +3,19 @@ import { request, LoggedOut } from "./api.js";
 import * as deployments from "./deployments.js";
 import * as timeline from "./timeline.js";
 import * as playground from "./playground.js";
+import * as providers from "./providers.js";
+import * as agents from "./agents.js";
+import * as members from "./members.js";
 
 const ROUTES = [
   [/^#\/deployments\/([^/]+)\/([^/]+)$/, "deployments", (main, ns, name) => deployments.detail(main, ns, name)],
   [/^#\/create$/, "create", (main) => deployments.create(main)],
   [/^#\/timeline\/([^/]+)\/([^/]*)\/([^/]+)$/, "deployments", (main, kind, ns, name) => timeline.page(main, kind, ns, name)],
   [/^#\/playground$/, "playground", (main) => playground.page(main)],
+  [/^#\/providers$/, "providers", (main) => providers.list(main)],
+  [/^#\/providers\/([^/]+)$/, "providers", (main, name) => providers.detail(main, name)],
+  [/^#\/agents$/, "agents", (main) => agents.page(main)],
+  [/^#\/members$/, "members", (main) => members.page(main)],
   [/^(#\/deployments|#\/?|)$/, "deployments", (main) => deployments.list(main)],
 ];
 

@@ -51,22 +51,44 @@ export function list(main) {
     empty,
   );
   const rows = new Map(); // namespace/name → <tr>
+  const order = []; // the keys of the rows, sorted: where a new row goes is a binary search, not a sort
 
-  function place(key, row) {
-    const after = [...rows.keys()].sort().find((other) => other > key);
-    body.insertBefore(row, after ? rows.get(after) : null);
+  function at(key) {
+    let low = 0;
+    let high = order.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if (order[middle] < key) low = middle + 1;
+      else high = middle;
+    }
+    return low;
   }
+  const rowOf = (item) =>
+    h("tr", { "data-name": item.metadata.name, "data-namespace": item.metadata.namespace || "" }, cells(item).map((c) => h("td", {}, c)));
   function upsert(item) {
     const key = keyOf(item);
-    const row = h("tr", { "data-name": item.metadata.name, "data-namespace": item.metadata.namespace || "" }, cells(item).map((c) => h("td", {}, c)));
+    const row = rowOf(item);
     const old = rows.get(key);
-    if (old) old.replaceWith(row);
     rows.set(key, row);
-    if (!old) place(key, row);
+    if (old) {
+      old.replaceWith(row); // a change: only its row is rebuilt
+      return;
+    }
+    const index = at(key);
+    body.insertBefore(row, index < order.length ? rows.get(order[index]) : null);
+    order.splice(index, 0, key);
   }
   function remove(key) {
     rows.get(key)?.remove();
-    rows.delete(key);
+    if (rows.delete(key)) order.splice(at(key), 1);
+  }
+  // The whole list at once: built off the page, sorted once, put in with one DOM change.
+  function replaceAll(items) {
+    rows.clear();
+    order.length = 0;
+    for (const item of items) rows.set(keyOf(item), rowOf(item));
+    order.push(...[...rows.keys()].sort());
+    body.replaceChildren(...order.map((key) => rows.get(key)));
   }
   function counted() {
     empty.hidden = rows.size > 0;
@@ -76,8 +98,7 @@ export function list(main) {
   // The watch starts with the whole list (a snapshot) and sends each change after it: nothing is polled.
   const source = new EventSource(`/v1/watch?kind=${KIND}`);
   source.addEventListener("snapshot", (event) => {
-    for (const key of [...rows.keys()]) remove(key);
-    for (const item of JSON.parse(event.data).items) upsert(item);
+    replaceAll(JSON.parse(event.data).items);
     counted();
   });
   source.addEventListener("changed", (event) => {

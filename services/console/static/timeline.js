@@ -2,6 +2,7 @@
 import { call, h, toYaml } from "./api.js";
 
 const enc = encodeURIComponent;
+const OVERSCAN = 20; // rows painted above and below the visible ones
 
 export async function page(main, kind, namespace, name) {
   const base = `/v1/kinds/${enc(kind)}/${enc(name)}/history`;
@@ -15,7 +16,21 @@ export async function page(main, kind, namespace, name) {
   const state = h("pre", { class: "code", id: "state", "aria-live": "polite", "aria-label": "State as of the chosen event" });
   const problem = h("p", { class: "error", role: "alert", hidden: true });
   let nextAfter = null;
+  const byId = new Map(); // event id → its index in `events`: a causation link is found without a scan
+  const facets = new Set();
+  let chosen = -1; // the index of the event the slider is on
+  let shown = []; // the indexes of the events the facet filter lets through, in order
+  let painted = [0, 0]; // the part of `shown` that has rows now
+  let rowHeight = 0; // measured from the first row painted
+  const box = h("div", { class: "scroll tall virtual" });
   const back = namespace ? `#/deployments/${enc(namespace)}/${enc(name)}` : "#/deployments";
+  const table = h(
+    "table",
+    { class: "grid", "aria-label": "Events" },
+    h("thead", {}, h("tr", {}, ["Seq", "Facet by producer", "Type", "Summary", "Caused by", "Correlation"].map((c) => h("th", { scope: "col" }, c)))),
+    body,
+  );
+  box.append(table);
   main.append(
     h("div", { class: "bar" }, h("h1", {}, `Timeline: ${kind}/${name}`), h("a", { class: "button quiet", href: back }, "Back")),
     problem,
@@ -27,16 +42,7 @@ export async function page(main, kind, namespace, name) {
         "section",
         { "aria-label": "Events" },
         h("div", { class: "bar" }, h("h2", {}, "Events"), facet),
-        h(
-          "div",
-          { class: "scroll tall" },
-          h(
-            "table",
-            { class: "grid", "aria-label": "Events" },
-            h("thead", {}, h("tr", {}, ["Seq", "Facet by producer", "Type", "Summary", "Caused by", "Correlation"].map((c) => h("th", { scope: "col" }, c)))),
-            body,
-          ),
-        ),
+        box,
         more,
       ),
       h("section", { "aria-label": "State" }, h("h2", {}, "State"), state),
@@ -46,7 +52,7 @@ export async function page(main, kind, namespace, name) {
   // A link to another event of this history moves the slider there; one outside it shows its id.
   function link(id) {
     if (!id) return "—";
-    const index = events.findIndex((e) => e.id === id);
+    const index = byId.get(id) ?? -1;
     if (index < 0) return h("code", { title: id }, `${id.slice(0, 8)}…`);
     const follow = (event) => {
       event.stopPropagation(); // not also a click on the row around it
@@ -54,53 +60,113 @@ export async function page(main, kind, namespace, name) {
     };
     return h("button", { type: "button", class: "link", title: id, onclick: follow }, `#${events[index].seq}`);
   }
-  function rows() {
-    body.replaceChildren(
-      ...events.map((e, index) =>
-        h(
-          "tr",
-          { "data-seq": e.seq, "data-facet": e.facet || "", hidden: facet.value !== "" && e.facet !== facet.value, onclick: () => select(index, false) },
-          [e.seq, e.facet ? `${e.facet} by ${e.producer}` : "", e.type, e.summary || ""].map((v) => h("td", {}, v)),
-          h("td", {}, link(e.causation_id)),
-          h("td", {}, link(e.correlation_id)),
-        ),
-      ),
+  // Only the rows in view are in the DOM (and a margin of OVERSCAN each side): 10,000 events scroll like 60.
+  // Every row has the same height (one line each, cut with an ellipsis; the whole text on hover), so the
+  // table's margins stand for the rows above and below, and a scroll position is a row index.
+  function rowFor(index) {
+    const e = events[index];
+    const summary = e.summary || "";
+    return h(
+      "tr",
+      { "data-seq": e.seq, "data-facet": e.facet || "", class: index === chosen ? "current" : undefined, onclick: () => select(index, false) },
+      [e.seq, e.facet ? `${e.facet} by ${e.producer}` : "", e.type].map((v) => h("td", {}, v)),
+      h("td", { title: summary }, summary),
+      h("td", {}, link(e.causation_id)),
+      h("td", {}, link(e.correlation_id)),
     );
-    const facets = [...new Set(events.map((e) => e.facet).filter(Boolean))];
-    const chosen = facet.value;
-    facet.replaceChildren(h("option", { value: "" }, "every facet"), ...facets.map((f) => h("option", { value: f, selected: f === chosen }, f)));
+  }
+  function paint(force = false) {
+    const height = rowHeight || 32;
+    const top = Math.max(0, Math.floor(box.scrollTop / height) - OVERSCAN);
+    const bottom = Math.min(shown.length, Math.ceil((box.scrollTop + box.clientHeight) / height) + OVERSCAN);
+    if (!force && painted[0] === top && painted[1] === bottom) return;
+    painted = [top, bottom];
+    body.replaceChildren(...shown.slice(top, bottom).map(rowFor));
+    table.style.marginTop = `${top * height}px`;
+    table.style.marginBottom = `${(shown.length - bottom) * height}px`;
+    if (!rowHeight && body.firstElementChild) {
+      rowHeight = body.firstElementChild.getBoundingClientRect().height;
+      if (rowHeight) paint(true);
+    }
+  }
+  // A page of events: indexed, and shown when the facet filter lets them through.
+  function append(from) {
+    for (let index = from; index < events.length; index++) {
+      const e = events[index];
+      if (e.id) byId.set(e.id, index);
+      if (e.facet && !facets.has(e.facet)) {
+        facets.add(e.facet);
+        facet.append(h("option", { value: e.facet }, e.facet));
+      }
+      if (facet.value === "" || e.facet === facet.value) shown.push(index);
+    }
+    paint(true);
+  }
+  function filter() {
+    shown = events.map((e, index) => index).filter((index) => facet.value === "" || events[index].facet === facet.value);
+    paint(true);
+  }
+  // The chosen event's row in view (the middle when it was far away), then painted.
+  function reveal(index) {
+    const at = shown.indexOf(index);
+    if (at < 0) return;
+    const height = rowHeight || 32;
+    const head = table.tHead?.getBoundingClientRect().height || 0;
+    const y = at * height;
+    if (y < box.scrollTop || y + height + head > box.scrollTop + box.clientHeight) box.scrollTop = Math.max(0, y - box.clientHeight / 2);
   }
   let asked = 0;
   async function select(index, scroll) {
     slider.value = String(index);
-    const chosen = events[index];
-    if (!chosen) return;
-    label.textContent = `As of event ${index + 1} of ${events.length}: seq ${chosen.seq}, ${chosen.type} (${chosen.time || ""})`;
-    for (const row of body.children) row.classList.toggle("current", row.dataset.seq === String(chosen.seq));
-    const row = body.querySelector(`tr[data-seq="${chosen.seq}"]`);
-    if (scroll && row) row.scrollIntoView({ block: "nearest" });
+    const event = events[index];
+    if (!event) return;
+    label.textContent = `As of event ${index + 1} of ${events.length}: seq ${event.seq}, ${event.type} (${event.time || ""})`;
+    chosen = index;
+    if (scroll) reveal(index);
+    paint(true);
     const mine = ++asked;
-    const answer = await call(`${base}?${scope}until=${chosen.seq}`);
+    const answer = await call(`${base}?${scope}until=${event.seq}`);
     if (mine !== asked) return; // the slider moved on meanwhile
-    state.dataset.seq = String(chosen.seq);
+    state.dataset.seq = String(event.seq);
     state.textContent = answer.ok ? (answer.data.state ? toYaml(answer.data.state) : "(it did not exist at this point)") : answer.data.error;
   }
-  async function load() {
+  // The first page selects its last event; a later page keeps the slider where the user left it.
+  let loading = null;
+  async function fetchPage() {
     const after = nextAfter === null ? "" : `after=${nextAfter}&`;
     const answer = await call(`${base}?${scope}${after}limit=200`);
     if (!answer.ok) {
       Object.assign(problem, { hidden: false, textContent: answer.data.error });
       return;
     }
+    const from = events.length;
     events.push(...answer.data.events);
     nextAfter = answer.data.next_after;
     more.hidden = nextAfter === null;
     slider.max = String(Math.max(0, events.length - 1));
-    rows();
-    await select(events.length - 1, false);
+    append(from);
+    if (from === 0) await select(events.length - 1, false);
+    else label.textContent = label.textContent.replace(/ of \d+:/, ` of ${events.length}:`);
+  }
+  function load() {
+    loading ??= fetchPage().finally(() => {
+      loading = null;
+    });
+    return loading;
   }
   slider.addEventListener("input", () => select(Number(slider.value), true));
-  facet.addEventListener("change", rows);
+  facet.addEventListener("change", filter);
   more.addEventListener("click", load);
+  // Scrolling near the end of the loaded rows loads the next page (the button stays, for the keyboard).
+  let frame = 0;
+  box.addEventListener("scroll", () => {
+    if (!frame) {
+      frame = requestAnimationFrame(() => {
+        frame = 0;
+        paint();
+      });
+    }
+    if (nextAfter !== null && box.scrollTop + box.clientHeight > box.scrollHeight - 400) load();
+  });
   await load();
 }
