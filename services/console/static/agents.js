@@ -1,25 +1,12 @@
 // Agents: the agent frameworks (AgentProviderConfigs) with readiness and install instructions, their catalog, and
 // each AgentDeployment's model binding and phase.
 import { age, call, h } from "./api.js";
-import { annotationJson, badge, condition, copyable } from "./providers.js";
+import { annotationJson, badge, condition, copyable, table } from "./providers.js";
 
 const CATALOG = "airunway.ai/agent-catalog";
 const INSTRUCTIONS = "airunway.ai/install-instructions";
 
 const enc = encodeURIComponent;
-
-function table(label, columns, rows) {
-  return h(
-    "div",
-    { class: "scroll" },
-    h(
-      "table",
-      { class: "grid", "aria-label": label },
-      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c)))),
-      h("tbody", {}, rows),
-    ),
-  );
-}
 
 function phaseBadge(phase) {
   const name = phase || "Pending";

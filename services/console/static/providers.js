@@ -68,7 +68,7 @@ function chartCommand(chart) {
   return words.map(shellWord).join(" ");
 }
 
-function table(label, columns, rows) {
+export function table(label, columns, rows) {
   return h(
     "div",
     { class: "scroll" },
