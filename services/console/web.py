@@ -8,7 +8,7 @@
     GET  /v1/console/models                         the router's GET /v1/models, relayed
     POST /v1/console/chat                           the router's POST /v1/chat/completions, relayed as it streams
     GET  /v1/watch?kind=KIND                        Server-Sent Events: a snapshot of the kind, then each change
-    GET  /v1/kinds/{kind}/{name}/history            the resource's events (?after=SEQ&limit=N), or its state (?until=SEQ)
+    GET  /v1/kinds/{kind}/{name}/history            events (?after=SEQ&limit=N), the state (?until=SEQ), + diff (&since=SEQ)
     GET  /v1/console/discovery                      what the cluster serves, by CRD name (providers' health checks)
     GET  /v1/console/router-figures                 the router's live figures per member and per model (figures.py)
 
@@ -267,11 +267,17 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             limit = timeline.page_size(request.query.get("limit"))
             after = timeline.sequence("after", request.query.get("after"))
             until = timeline.sequence("until", request.query.get("until"))
+            since = timeline.sequence("since", request.query.get("since"))
+            if since is not None and until is None:
+                raise ValueError("until: a diff needs both points, ?since=SEQ&until=SEQ")
         except ValueError as exc:
             return fail(400, str(exc), code="invalid_request", path=str(exc).split(":", 1)[0])
         runner = watcher.runner
         if runner is None:
             return fail(503, "the event stream is not read yet; try again shortly", code="unavailable")
+        if until is not None and since is not None:
+            items = await runner.store.history(key, until_seq=max(since, until))
+            return web.json_response({"kind": key.kind, "name": key.name, "until": until, **timeline.compare(items, key, since, until)})
         if until is not None:
             items = await runner.store.history(key, until_seq=until)
             return web.json_response({"kind": key.kind, "name": key.name, "until": until, "state": timeline.state_as_of(items, key)})

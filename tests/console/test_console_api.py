@@ -147,6 +147,8 @@ async def test_the_watch_sends_a_snapshot_then_each_change_and_deletion(stack: S
         ("/v1/kinds/md/qwen/history?limit=0", "limit"),
         ("/v1/kinds/md/qwen/history?until=x", "until"),
         ("/v1/kinds/md/qwen/history?after=-1", "after"),
+        ("/v1/kinds/md/qwen/history?until=1&since=x", "since"),
+        ("/v1/kinds/md/qwen/history?since=1", "until"),
     ],
 )
 async def test_bad_parameters_are_400_naming_the_field(stack: Stack, path: str, field: str) -> None:
@@ -166,6 +168,12 @@ async def test_history_pages_through_events_and_replays_the_state_as_of_one(stac
     assert "generation 2" in [e["summary"] for e in rest["events"]]
     _, then = await stack.get(f"/v1/kinds/md/qwen/history?until={applied['seq']}")
     assert then["state"]["spec"]["resources"]["gpu"]["count"] == 1 and then["state"]["metadata"]["generation"] == 1
+    # the diff between two points: the state as of `until`, and what changed since `since`
+    second = next(e for e in rest["events"] if e["summary"] == "generation 2")
+    _, diff = await stack.get(f"/v1/kinds/md/qwen/history?since={applied['seq']}&until={second['seq']}")
+    assert diff["state"]["spec"]["resources"]["gpu"]["count"] == 2 and diff["existed_since"] is True
+    count = {"path": "spec.resources.gpu.count", "change": "changed", "old": 1, "new": 2}
+    assert count in diff["changes"]
     status, _ = await stack.get("/v1/kinds/md/never/history")
     assert status == 404
 

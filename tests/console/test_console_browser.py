@@ -107,6 +107,53 @@ async def _workload_rendered(stack: Stack) -> bool:
     return any(e["type"] == "WorkloadRendered.v1" for e in body["events"])
 
 
+async def test_the_timeline_shows_what_changed_between_two_points(page: Any, stack: Stack) -> None:
+    """Re-applied with another replica count: A on the first apply, B on the last event, the diff names the field."""
+    await stack.apply(changed(MD, {"metadata.name": "scaled", "spec.scaling": {"replicas": 1}}))
+    await stack.apply(changed(MD, {"metadata.name": "scaled", "spec.scaling": {"replicas": 2}}))
+    await eventually(lambda: _applied(stack, "scaled", 2), timeout=20, message="the second apply recorded")
+    await page.goto(f"{stack.api_url}/ui/#/timeline/ModelDeployment/default/scaled")
+    state = page.locator("#state")
+    slider = page.get_by_role("slider")
+    await expect(page.get_by_role("table", name="Events").locator("tbody tr").first).to_contain_text("ResourceApplied.v1", timeout=TIMEOUT)
+    changes = page.get_by_role("table", name="Changes")
+    await expect(changes).to_be_hidden()
+
+    # by keyboard alone: the first event, then Tab to "Compare from this event" and Enter pins it as A
+    await slider.focus()
+    await page.keyboard.press("Home")
+    await expect(state).to_contain_text("replicas: 1", timeout=TIMEOUT)
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Compare from this event")).to_be_focused()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#comparing")).to_contain_text("Comparing from A: seq")
+    await expect(page.locator("#changes-note")).to_contain_text("No change from", timeout=TIMEOUT)
+
+    # B on the last event: the replica count and the generation changed, and the decisions taken meanwhile were added
+    await slider.focus()
+    await page.keyboard.press("End")
+    replicas = changes.locator('tr[data-path="spec.scaling.replicas"]')
+    await expect(replicas.locator("td")).to_have_text(["spec.scaling.replicas", "changed", "1", "2"], timeout=TIMEOUT)
+    await expect(changes.locator('tr[data-path="metadata.generation"] td')).to_have_text(["metadata.generation", "changed", "1", "2"])
+    await expect(page.locator("#changes-note")).to_contain_text("(A) to seq")
+    await expect(state).to_contain_text("replicas: 2")
+    await screenshot(page, "timeline-diff")
+
+    # the other way round: A after B reverses the change; then comparing stops
+    await page.get_by_role("button", name="Compare from this event").click()
+    await slider.focus()
+    await page.keyboard.press("Home")
+    await expect(replicas.locator("td")).to_have_text(["spec.scaling.replicas", "changed", "2", "1"], timeout=TIMEOUT)
+    await page.get_by_role("button", name="Stop comparing").click()
+    await expect(changes).to_be_hidden()
+    await expect(page.get_by_role("button", name="Compare from this event")).to_be_focused()
+
+
+async def _applied(stack: Stack, name: str, generation: int) -> bool:
+    _, body = await stack.get(f"/v1/kinds/md/{name}/history?limit=1000")
+    return f"generation {generation}" in [e["summary"] for e in body.get("events", [])]
+
+
 async def test_delete_asks_for_confirmation(page: Any, stack: Stack) -> None:
     await stack.apply(changed(MD, {"metadata.name": "doomed"}))
     await page.goto(f"{stack.api_url}/ui/#/deployments/default/doomed")

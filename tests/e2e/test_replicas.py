@@ -96,7 +96,11 @@ async def assert_each_decided_once(url: str, replicas: Replicas) -> None:
         last = outcomes[facet]
         assert len(last) == BURST, f"{facet}: {BURST - len(last)} deployments without a decision"
         assert {type(d) for d in last.values()} == {kind}, facet
-    # every partition still has exactly one holder among the survivors
+    # every partition has exactly one holder among the survivors (a renewal starved of CPU may lapse for a tick
+    # and be taken again: the settled state is what counts)
     for service in replicas.running:
-        held = sorted(p for r in replicas.of(service) for p in r.leases.holds())
-        assert held == sorted(ALL_PARTITIONS), service
+        await eventually(
+            lambda s=service: sorted(p for r in replicas.of(s) for p in r.leases.holds()) == sorted(ALL_PARTITIONS),
+            timeout=30,
+            message=f"every {service} partition held once",
+        )

@@ -1,4 +1,5 @@
-// Timeline: every event about one resource in stream order, and its state as of any of them (`jetway replay --until`).
+// Timeline: every event about one resource in stream order, its state as of any of them (`jetway replay --until`), and
+// what changed between two of them (the API's `?since=A&until=B`: the diff is computed by services/console/timeline.py).
 import { call, h, toYaml } from "./api.js";
 
 const enc = encodeURIComponent;
@@ -15,6 +16,26 @@ export async function page(main, kind, namespace, name) {
   const more = h("button", { type: "button", class: "quiet", hidden: true }, "Load more");
   const state = h("pre", { class: "code", id: "state", "aria-live": "polite", "aria-label": "State as of the chosen event" });
   const problem = h("p", { class: "error", role: "alert", hidden: true });
+  // The diff: "Compare from this event" pins point A; the slider is point B; the changes from A to B are listed.
+  const compare = h("button", { type: "button", class: "quiet", id: "compare" }, "Compare from this event");
+  const stop = h("button", { type: "button", class: "quiet", hidden: true }, "Stop comparing");
+  const comparing = h("span", { class: "note", id: "comparing" });
+  const changesNote = h("p", { class: "note", id: "changes-note", "aria-live": "polite" });
+  const changesBody = h("tbody");
+  const changesTable = h(
+    "table",
+    { class: "grid changes", "aria-label": "Changes" },
+    h("thead", {}, h("tr", {}, ["Field", "Change", "Before (A)", "After (B)"].map((c) => h("th", { scope: "col" }, c)))),
+    changesBody,
+  );
+  const changes = h(
+    "section",
+    { "aria-label": "Changes", id: "changes", hidden: true },
+    h("h2", {}, "Changes"),
+    changesNote,
+    h("div", { class: "scroll" }, changesTable),
+  );
+  let pinned = -1; // the index of point A, the event compared from; -1 when not comparing
   let nextAfter = null;
   const byId = new Map(); // event id → its index in `events`: a causation link is found without a scan
   const facets = new Set();
@@ -34,7 +55,7 @@ export async function page(main, kind, namespace, name) {
   main.append(
     h("div", { class: "bar" }, h("h1", {}, `Timeline: ${kind}/${name}`), h("a", { class: "button quiet", href: back }, "Back")),
     problem,
-    h("div", { class: "slider" }, label, slider),
+    h("div", { class: "slider" }, label, slider, h("div", { class: "bar" }, compare, comparing, stop)),
     h(
       "div",
       { class: "split timeline" },
@@ -45,7 +66,7 @@ export async function page(main, kind, namespace, name) {
         box,
         more,
       ),
-      h("section", { "aria-label": "State" }, h("h2", {}, "State"), state),
+      h("div", {}, changes, h("section", { "aria-label": "State" }, h("h2", {}, "State"), state)),
     ),
   );
 
@@ -68,7 +89,13 @@ export async function page(main, kind, namespace, name) {
     const summary = e.summary || "";
     return h(
       "tr",
-      { "data-seq": e.seq, "data-facet": e.facet || "", class: index === chosen ? "current" : undefined, onclick: () => select(index, false) },
+      {
+        "data-seq": e.seq,
+        "data-facet": e.facet || "",
+        class: [index === chosen && "current", index === pinned && "pinned"].filter(Boolean).join(" ") || undefined,
+        title: index === pinned ? "A: compared from here" : undefined,
+        onclick: () => select(index, false),
+      },
       [e.seq, e.facet ? `${e.facet} by ${e.producer}` : "", e.type].map((v) => h("td", {}, v)),
       h("td", { title: summary }, summary),
       h("td", {}, link(e.causation_id)),
@@ -115,6 +142,47 @@ export async function page(main, kind, namespace, name) {
     const y = at * height;
     if (y < box.scrollTop || y + height + head > box.scrollTop + box.clientHeight) box.scrollTop = Math.max(0, y - box.clientHeight / 2);
   }
+  // A value as a cell shows it: text as it is, anything else as compact JSON; absent is a dash.
+  function cell(change, side) {
+    if (!(side in change)) return h("span", { class: "note" }, "—");
+    const value = change[side];
+    return h("code", {}, typeof value === "string" ? value : JSON.stringify(value));
+  }
+  function showChanges(answer, a, b) {
+    const list = answer.changes || [];
+    const from = `seq ${a.seq}`;
+    const to = `seq ${b.seq}`;
+    changesNote.textContent = list.length
+      ? `${list.length} field${list.length === 1 ? "" : "s"} changed from ${from} (A) to ${to} (B)${answer.existed_since ? "" : "; it did not exist at A"}`
+      : `No change from ${from} (A) to ${to} (B)`;
+    changesBody.replaceChildren(
+      ...list.map((c) =>
+        h(
+          "tr",
+          { "data-path": c.path, "data-change": c.change, class: `change-${c.change}` },
+          h("td", {}, h("code", {}, c.path)),
+          h("td", {}, c.change),
+          h("td", {}, cell(c, "old")),
+          h("td", {}, cell(c, "new")),
+        ),
+      ),
+    );
+    changes.hidden = false;
+  }
+  function pin(index) {
+    pinned = index;
+    const a = events[index];
+    comparing.textContent = a ? `Comparing from A: seq ${a.seq}, ${a.type}. Move the slider to choose B.` : "";
+    stop.hidden = index < 0;
+    if (index < 0) changes.hidden = true;
+    if (chosen >= 0) select(chosen, false);
+  }
+  compare.addEventListener("click", () => pin(chosen));
+  stop.addEventListener("click", () => {
+    pin(-1);
+    compare.focus();
+  });
+
   let asked = 0;
   async function select(index, scroll) {
     slider.value = String(index);
@@ -125,10 +193,13 @@ export async function page(main, kind, namespace, name) {
     if (scroll) reveal(index);
     paint(true);
     const mine = ++asked;
-    const answer = await call(`${base}?${scope}until=${event.seq}`);
+    const a = pinned >= 0 ? events[pinned] : null;
+    const answer = await call(`${base}?${scope}until=${event.seq}${a ? `&since=${a.seq}` : ""}`);
     if (mine !== asked) return; // the slider moved on meanwhile
     state.dataset.seq = String(event.seq);
     state.textContent = answer.ok ? (answer.data.state ? toYaml(answer.data.state) : "(it did not exist at this point)") : answer.data.error;
+    if (a && answer.ok) showChanges(answer.data, a, event);
+    else if (a) changesNote.textContent = answer.data.error;
   }
   // The first page selects its last event; a later page keeps the slider where the user left it.
   let loading = null;
