@@ -9,7 +9,6 @@ from typing import Any
 
 from contracts.events import StatusCondition, StatusSlice
 from contracts.gateway import MemberHealthChanged
-from contracts.subjects import Key
 from services.router import load as loads
 from services.router.projection import Member, Members, Traffic
 
@@ -134,10 +133,6 @@ def candidates(members: Members, model: str, api_format: str) -> Candidates:
 
 def saturated(member: Member) -> bool:
     return member.health is not None and member.health.saturated
-
-
-def keys_of(members: list[Member]) -> list[Key]:
-    return [m.key for m in members]
 
 
 def _text_length(content: Any) -> int:

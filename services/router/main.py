@@ -74,6 +74,11 @@ def build(
 
 async def start(context: Context) -> list[Runnable]:
     secrets = FileSecrets(Path(context.env("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
+    try:
+        limits = proxy.Limits.from_env(lambda name: context.env(name) or None)
+        routing = policy.Settings.from_env(lambda name: context.env(name) or None)
+    except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
+        raise SystemExit(f"router: {exc}") from None
     router = build(
         context.nc,
         secrets,
@@ -81,13 +86,8 @@ async def start(context: Context) -> list[Runnable]:
         allow_link_local=context.env("JETWAY_ALLOW_LINK_LOCAL") == "true",
         leases=context.leases,
         replica=context.replica,
+        routing=routing,
     )
-    try:
-        limits = proxy.Limits.from_env(lambda name: context.env(name) or None)
-        router.routes.settings = policy.Settings.from_env(lambda name: context.env(name) or None)
-    except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
-        raise SystemExit(f"router: {exc}") from None
-    router.routes.index = policy.PrefixIndex(router.routes.settings.index_blocks)
     keyfile = None
     if client_keys_mode(lambda name: context.env(name) or None, cluster=cluster_mode()) == "required":
         keyfile = KeyFile(Path(context.env(FILE_ENV) or MOUNTED_FILE))

@@ -149,14 +149,6 @@ class PrefixIndex:
         while len(blocks) > self.capacity:
             blocks.popitem(last=False)
 
-    def forget(self, key: Hashable) -> None:
-        """A member gone: its entries go (blocks no member holds any more go with them)."""
-        for block in [b for b, holders in self.blocks.items() if key in holders]:
-            holders = self.blocks[block]
-            del holders[key]
-            if not holders:
-                del self.blocks[block]
-
 
 # --- choosing ------------------------------------------------------------------------------------
 
@@ -268,10 +260,6 @@ class Sessions:
         self.members.move_to_end(session)
         if len(self.members) > self.capacity:
             self.members.popitem(last=False)
-
-    def forget(self, member: Hashable) -> None:
-        for session in [s for s, m in self.members.items() if m == member]:
-            del self.members[session]
 
 
 def sticky(views: Sequence[View], keys: Sequence[Hashable], held: Hashable | None) -> int | None:

@@ -37,9 +37,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from contracts.documents import DocumentError, load_json
 from contracts.subjects import Key
 from services.router import decide, echo, policy
-from services.router.apis import APIS, Api, boundary_of, form_field
+from services.router.apis import APIS, Api, boundary_of, form_field, openai_error
 from services.router.apis import error as api_error
-from services.router.apis import openai_error as openai_error
 from services.router.keys import Admission, Gate, wants_anthropic_errors
 from services.router.metrics import RECORDER, USAGE_TAIL, Recorder, usage
 from services.router.projection import Member, Members
