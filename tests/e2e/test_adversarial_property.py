@@ -207,6 +207,57 @@ def pipelines(draw: st.DrawFn) -> tuple[list[bytes], bytes]:
     return valid, tail
 
 
+ROUTER_APIS = ("/completions", "/responses", "/embeddings", "/audio/transcriptions", "/messages", "/rerank", "/score")
+
+
+@st.composite
+def api_requests(draw: st.DrawFn) -> tuple[str, str, bytes]:
+    """(path under /v1, content type, body) for every API the router forwards but chat: JSON of any shape, or a
+    multipart form whose parts, boundary and `model` field may be anything."""
+    path = draw(st.sampled_from(ROUTER_APIS))
+    if draw(st.booleans()):
+        body: Any = draw(
+            st.one_of(
+                json_values,
+                st.fixed_dictionaries(
+                    {"model": st.sampled_from(["echo", "nope", ""])},
+                    optional={
+                        "prompt": json_values,
+                        "input": json_values,
+                        "messages": json_values,
+                        "system": json_values,
+                        "stream": scalars,
+                    },
+                ),
+            )
+        )
+        return path, "application/json", json.dumps(body).encode()
+    boundary = draw(st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=0, max_size=20))
+    parts = draw(st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=60)), max_size=4))
+    raw = b"".join(
+        b"--"
+        + boundary.encode()
+        + b'\r\nContent-Disposition: form-data; name="'
+        + name.encode("utf-8", "replace")
+        + b'"\r\n\r\n'
+        + value
+        + b"\r\n"
+        for name, value in parts
+    )
+    raw += draw(st.sampled_from([b"--" + boundary.encode() + b"--\r\n", b"", b"--"]))
+    content_type = draw(
+        st.sampled_from(
+            [
+                f"multipart/form-data; boundary={boundary}",
+                f'multipart/form-data; boundary="{boundary}"',
+                "multipart/form-data",
+                "text/plain",
+            ]
+        )
+    )
+    return path, content_type, raw
+
+
 # --- the properties ------------------------------------------------------------------------------
 
 
@@ -223,6 +274,15 @@ def test_the_apply_api_never_answers_5xx_or_late(up: Up, body: tuple[bytes, str]
 def test_the_router_never_answers_5xx_or_late(up: Up, body: bytes) -> None:
     status = up.post(up.router, "/chat/completions", body, "application/json", auth=False)
     assert status < 500, f"{status} for {body[:200]!r}"
+    assert up.process.poll() is None
+
+
+@PROPERTY
+@given(request=api_requests())
+def test_every_router_api_never_answers_5xx_or_late(up: Up, request: tuple[str, str, bytes]) -> None:
+    path, content_type, body = request
+    status = up.post(up.router, path, body, content_type, auth=False)
+    assert status < 500, f"{status} for {path} {content_type} {body[:200]!r}"
     assert up.process.poll() is None
 
 
