@@ -11,9 +11,9 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
@@ -34,6 +34,7 @@ DUPLICATE_WINDOW = 120.0  # seconds in which a repeated Nats-Msg-Id is absorbed
 REPLICATED = 3  # a stream's copies on a cluster: one node may fail and a majority still stands
 # The server's answers to "place 3 replicas" on a single server or too small a cluster.
 CANNOT_REPLICATE = {10074, 10023, 10005}  # replicas not supported non-clustered; insufficient resources; no peers
+NOT_CLUSTERED = 10074  # the only one of them that is final: the others are also what a cluster still forming says
 STREAMS_UNAVAILABLE = 10008  # JetStream not ready yet (a cluster electing its meta leader)
 # Events kept per facet (subject): JetStream's max_msgs_per_subject drops a facet's oldest event
 # when a new one passes the count, so the latest of every facet is always kept.
@@ -299,7 +300,7 @@ async def ensure_streams(
     while True:
         try:
             for config in (settings.events(), settings.dead_letters()):
-                await _ensure_stream(js, config, auto_replicas=settings.replicas == 0, update=update)
+                await _ensure_stream(js, config, auto_replicas=settings.replicas == 0, update=update, deadline=deadline)
             return
         except (TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError, BadRequestError) as exc:
             transient = not isinstance(exc, BadRequestError) or exc.err_code == STREAMS_UNAVAILABLE
@@ -310,28 +311,67 @@ async def ensure_streams(
             delay = min(delay * 2, 2.0)
 
 
-async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, update: bool = True) -> None:
+T = TypeVar("T")
+
+
+async def with_copies(make: Callable[[int], Awaitable[T]], what: str, *, deadline: float) -> T:
+    """`make(3)`: three copies of `what`; `make(1)` where the server cannot place them.
+
+    A single server says so at once. A cluster whose peers have not all joined yet says "insufficient
+    resources" just as a cluster of two nodes does, so that answer is retried until `deadline` (a
+    fresh three-node cluster, all pods starting together) before `what` settles for one copy."""
+    loop = asyncio.get_running_loop()
+    delay = 0.2
+    while True:
+        try:
+            return await make(REPLICATED)
+        except APIError as exc:
+            if exc.err_code not in CANNOT_REPLICATE:
+                raise
+            if exc.err_code == NOT_CLUSTERED:
+                log.info("%s: a single server keeps one copy", what)
+            elif loop.time() + delay < deadline:
+                log.info("%s: the cluster cannot place %d copies yet (%s); waiting for its peers", what, REPLICATED, exc.description)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            else:
+                log.warning("%s: the cluster cannot place %d copies (%s), so it keeps one", what, REPLICATED, exc.description)
+            return await make(1)
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, deadline: float, update: bool = True) -> None:
     try:
         info = await js.stream_info(str(config.name))
     except NotFoundError:
-        try:
+
+        async def create(copies: int) -> None:
+            config.num_replicas = copies
             await js.add_stream(config)
+
+        try:
+            await (with_copies(create, f"stream {config.name}", deadline=deadline) if auto_replicas else create(config.num_replicas or 1))
         except APIError as exc:
-            if exc.err_code == 10058:  # stream name already in use: another service created it first
-                return
-            if not (auto_replicas and exc.err_code in CANNOT_REPLICATE):
+            if exc.err_code != 10058:  # stream name already in use: another service created it first
                 raise
-            # a single server, or a cluster of fewer than three nodes: one copy
-            log.info("stream %s: the server cannot place %d replicas (%s), so it keeps one", config.name, REPLICATED, exc.description)
-            config.num_replicas = 1
-            with contextlib.suppress(BadRequestError):  # 10058: created meanwhile
-                await js.add_stream(config)
         return
+    kept = info.config.num_replicas
     if auto_replicas:
-        config.num_replicas = info.config.num_replicas  # an operator (or the first start) chose it; keep it
+        config.num_replicas = kept  # an operator (or the first start) chose it; keep it
+        if kept == 1 and info.cluster is not None and info.cluster.name:
+            # made while the cluster was still forming, or before it grew: three copies if it can place them now
+            config.num_replicas = REPLICATED
     if update and _differs(info.config, config):
-        log.info("stream %s: updating its settings (retention, limits or replicas changed)", config.name)
-        await js.update_stream(config)
+        try:
+            await js.update_stream(config)
+        except APIError as exc:
+            if config.num_replicas == kept or exc.err_code not in CANNOT_REPLICATE:
+                raise
+            config.num_replicas = kept  # still too small a cluster
+            if not _differs(info.config, config):
+                return
+            await js.update_stream(config)
+        log.info("stream %s: settings updated (retention, limits or copies changed)", config.name)
 
 
 def _differs(current: StreamConfig, wanted: StreamConfig) -> bool:

@@ -48,7 +48,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
 from runtime import metrics
-from runtime.bus import CANNOT_REPLICATE
+from runtime.bus import with_copies
 
 log = logging.getLogger("jetway.leases")
 
@@ -57,6 +57,7 @@ STREAM = f"KV_{BUCKET}"
 DEFAULT_TTL = 10.0
 ENV_TTL = "JETWAY_LEASE_TTL_SECONDS"
 ENV_REPLICA = "JETWAY_REPLICA"
+BUCKET_PLACEMENT_WAIT = 30.0  # seconds a forming cluster is given to place the bucket's three copies
 MARGIN = 0.2  # of the TTL: a lease is given up this long before its key could expire
 
 
@@ -142,18 +143,19 @@ async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
         return await js.key_value(BUCKET)
     except (NotFoundError, nats.js.errors.BucketNotFoundError):
         pass
-    for replicas in (3, 1):
+
+    async def create(replicas: int) -> KeyValue:
         config = api.KeyValueConfig(
             bucket=BUCKET, description="which replica holds which partition", ttl=ttl, history=1, replicas=replicas, direct=True
         )
-        try:
-            return await js.create_key_value(config)
-        except APIError as exc:
-            if exc.err_code == 10058:  # made meanwhile by another replica
-                return await js.key_value(BUCKET)
-            if replicas == 1 or exc.err_code not in CANNOT_REPLICATE:  # a single server, or too small a cluster
-                raise
-    raise AssertionError("unreachable")
+        return await js.create_key_value(config)
+
+    try:
+        return await with_copies(create, f"bucket {BUCKET}", deadline=asyncio.get_running_loop().time() + BUCKET_PLACEMENT_WAIT)
+    except APIError as exc:
+        if exc.err_code == 10058:  # made meanwhile by another replica
+            return await js.key_value(BUCKET)
+        raise
 
 
 class Leases:

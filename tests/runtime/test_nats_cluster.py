@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from contracts.subjects import kind_filter
-from runtime.bus import DLQ_STREAM, EVENTS_STREAM, connect, ensure_streams
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, connect, ensure_streams
 from runtime.eventstore import EventStore
+from runtime.leases import STREAM as LEASES_STREAM
+from runtime.leases import bucket
 from runtime.natsserver import NatsCluster
 from runtime.service import Runner
 from tests.support.nats import NatsEndpoint, nats_cluster
@@ -42,11 +44,41 @@ async def test_the_streams_keep_three_copies_on_a_three_node_cluster(cluster: Na
         await nc.close()
 
 
+async def test_a_stream_made_with_one_copy_gets_three_once_the_cluster_can_place_them(cluster: NatsCluster) -> None:
+    """A stream made while the cluster was forming (or smaller) is not left with one copy forever."""
+    nc = await connect(cluster.url, name="test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, StreamSettings(replicas=1))
+        assert (await js.stream_info(EVENTS_STREAM)).config.num_replicas == 1
+        await ensure_streams(js)  # the services' next start, replicas left to Jetway
+        for stream in (EVENTS_STREAM, DLQ_STREAM):
+            assert (await js.stream_info(stream)).config.num_replicas == 3
+        await ensure_streams(js, update=False)  # a reader changes nothing
+    finally:
+        await nc.close()
+
+
+async def test_the_lease_bucket_keeps_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
+    nc = await connect(cluster.url, name="test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)  # as every service starts: it waits out the cluster's first elections
+        await bucket(js, ttl=10.0)
+        assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 3
+    finally:
+        await nc.close()
+
+
 async def test_a_single_server_keeps_one_copy(nats: NatsEndpoint) -> None:
     nc = await connect(nats.url, name="test")
     try:
-        await ensure_streams(nc.jetstream())
-        assert (await nc.jetstream().stream_info(EVENTS_STREAM)).config.num_replicas == 1
+        js = nc.jetstream()
+        await ensure_streams(js)
+        await ensure_streams(js)  # again: a single server is not asked for three copies
+        assert (await js.stream_info(EVENTS_STREAM)).config.num_replicas == 1
+        await bucket(js, ttl=10.0)
+        assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 1
     finally:
         await nc.close()
 
