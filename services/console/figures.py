@@ -54,6 +54,43 @@ def sample(recorder: Recorder, at: float) -> Sample:
     return Sample(at, requests, first_token, in_flight, histograms[0][1].bounds if histograms else ())
 
 
+def from_exposition(texts: list[str], at: float) -> Sample:
+    """A sample from routers' `/metrics` texts (a cluster: one per router pod), their counts added together.
+
+    Reads `jetway_router_requests_total`, `jetway_router_time_to_first_token_seconds_bucket` (cumulative in the
+    exposition, per bucket here) and `jetway_router_in_flight`, with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    requests: dict[tuple[str, str, int], int] = {}
+    cumulative: dict[tuple[str, str], dict[float, float]] = {}
+    in_flight: dict[str, int] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for found in family.samples:
+                labels = found.labels
+                if found.name == "jetway_router_requests_total":
+                    answered = (labels.get("model", ""), labels.get("member", ""), int(labels.get("status", "0") or 0))
+                    requests[answered] = requests.get(answered, 0) + int(found.value)
+                elif found.name == "jetway_router_time_to_first_token_seconds_bucket":
+                    series = cumulative.setdefault((labels.get("model", ""), labels.get("member", "")), {})
+                    bound = float(labels.get("le", "+Inf"))
+                    series[bound] = series.get(bound, 0.0) + found.value
+                elif found.name == "jetway_router_in_flight":
+                    member = labels.get("member", "")
+                    in_flight[member] = in_flight.get(member, 0) + int(found.value)
+    first_token: dict[tuple[str, str], Buckets] = {}
+    bounds: tuple[float, ...] = ()
+    for key, series in cumulative.items():
+        ordered = sorted(series.items())
+        bounds = tuple(b for b, _ in ordered if b != float("inf"))
+        counts, previous = [], 0.0
+        for _, total in ordered:
+            counts.append(int(total - previous))
+            previous = total
+        first_token[key] = tuple(counts)
+    return Sample(at, requests, first_token, in_flight, bounds)
+
+
 def keep(samples: list[Sample], now: Sample, window: float = WINDOW, spacing: float = SPACING) -> list[Sample]:
     """The samples to keep after taking `now`: those within `window` seconds of it (the oldest is the baseline),
     `now` added unless the last kept one is under `spacing` seconds old."""

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,11 +35,13 @@ import aiohttp
 from aiohttp import web
 
 from contracts.events import Envelope
-from contracts.kinds import KINDS, resolve_kind
+from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
 from runtime.eventstore import Item
 from services.console import figures, timeline
-from services.console.logins import CONSOLE_HEADER, COOKIE, Access, Logins, access
+from services.console.access import CALLER, Denied, Gate, KubeGate
+from services.console.kubeuser import KubeRefused
+from services.console.logins import COOKIE, Logins
 from services.watcher.handlers import WatcherService
 
 if TYPE_CHECKING:
@@ -48,7 +51,6 @@ log = logging.getLogger("jetway.console")
 STATIC = Path(__file__).resolve().parent / "static"
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".png": "image/png", ".svg": "image/svg+xml"}
 LOGIN_PATH = "/ui/login"
-AUTHENTICATED_BY = web.RequestKey("jetway_authenticated_by", str)  # "token" or "session": set by the API's guard
 HEARTBEAT = 15.0  # seconds between SSE comments: a closed browser tab is noticed by the next write
 RELAY_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=300)
 # The pages load nothing but their own files and call nothing but this origin.
@@ -81,18 +83,44 @@ class Console:
     watches: set[asyncio.Queue[Key | None]] = field(default_factory=set)
     recorder: Recorder | None = None  # the router's counters; None: its process-wide RECORDER (`jetway up` runs it here)
     samples: list[figures.Sample] = field(default_factory=list)  # the router's recent counts: rates are between them
+    gate: Gate | None = None  # who may call: the API token by default (services/console/access.py), KubeGate in a cluster
+    scrape: Callable[[], Awaitable[figures.Sample]] | None = None  # a cluster: the routers' /metrics, read (main.py)
 
     def login_url(self, api_url: str) -> str:
         return f"{api_url}{LOGIN_PATH}?code={self.logins.issue(self.clock())}"
 
-    def check(self, request: web.Request, token_ok: bool) -> Access:
-        session = request.cookies.get(COOKIE)
-        return access(
-            request.method,
-            token_ok=token_ok,
-            session_ok=self.logins.valid(session, self.clock()),
-            console_header=request.headers.get(CONSOLE_HEADER),
-        )
+
+LOGIN_FORM = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Jetway console: log in</title><link rel="stylesheet" href="/ui/style.css"></head>
+<body><main class="login"><h1>Jetway console</h1>
+<p>Log in with your own Kubernetes token: the console reads and changes only what it lets you.
+<code>kubectl create token NAME -n NAMESPACE</code> makes one for a ServiceAccount.</p>
+<p role="alert">{reason}</p>
+<form method="post" action="/ui/login"><label for="token">Kubernetes token</label>
+<input id="token" name="token" type="password" autocomplete="off" required autofocus>
+<button type="submit">Log in</button></form></main></body></html>
+"""
+
+
+def login_form(reason: str, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=LOGIN_FORM.format(reason=html.escape(reason)), content_type="text/html", headers=PAGE_HEADERS)
+
+
+def is_login(path: str) -> bool:
+    return path == LOGIN_PATH
+
+
+def where(namespace: str) -> str:
+    return f" in namespace {namespace!r}" if namespace else ""
+
+
+async def visible(request: web.Request, gate: Gate, info: KindInfo, namespaces: set[str]) -> set[str]:
+    """Of `namespaces`, those whose `info` resources the caller may list (all of them when it may list everywhere)."""
+    caller = request[CALLER]
+    if await gate.may(caller, "list", info, None):
+        return namespaces
+    return {ns for ns in namespaces if ns and await gate.may(caller, "list", info, ns)}
 
 
 def logged_out(reason: str, status: int = 401) -> web.Response:
@@ -118,6 +146,8 @@ def sse(event: str, data: Any) -> bytes:
 
 def add_routes(app: web.Application, watcher: WatcherService, console: Console, fail: Fail) -> None:
     files = static_files()
+    gate = console.gate
+    assert gate is not None, "the API sets the console's gate before adding its routes"
     relay: dict[str, aiohttp.ClientSession] = {}
 
     async def page(request: web.Request) -> web.StreamResponse:
@@ -130,24 +160,51 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     async def to_ui(request: web.Request) -> web.Response:
         raise web.HTTPFound("/ui/")
 
-    async def login(request: web.Request) -> web.Response:
-        session = console.logins.redeem(request.query.get("code", ""), console.clock())
-        if session is None:
-            return logged_out("This login link is not valid: it was used already, it expired (after 10 minutes), or Jetway restarted.")
+    def signed_in(session: str) -> web.HTTPFound:
         response = web.HTTPFound("/ui/", headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
         max_age = int(console.logins.session_ttl)
         response.set_cookie(COOKIE, session, max_age=max_age, path="/", httponly=True, samesite="Strict")
+        return response
+
+    async def login(request: web.Request) -> web.Response:
+        if isinstance(console.gate, KubeGate):
+            return await kube_login(request, console.gate)
+        session = console.logins.redeem(request.query.get("code", ""), console.clock())
+        if session is None:
+            return logged_out("This login link is not valid: it was used already, it expired (after 10 minutes), or Jetway restarted.")
         log.info("console login")  # never the code nor the session
-        raise response
+        raise signed_in(session)
+
+    async def kube_login(request: web.Request, gate: KubeGate) -> web.Response:
+        """A cluster: a form for the user's Kubernetes token (GET), and the token checked by the API server (POST)."""
+        if request.method != "POST":
+            return login_form("")
+        origin = request.headers.get("Origin")
+        if origin is not None and origin != f"{request.scheme}://{request.host}":
+            return login_form("A login from another site's page is refused.", status=403)
+        form = await request.post()
+        token = str(form.get("token", "")).strip()
+        if not token:
+            return login_form("Paste a Kubernetes token (for example from `kubectl create token`).", status=400)
+        try:
+            session, user = await gate.login(token)
+        except KubeRefused as exc:
+            reason = "the Kubernetes API server does not take this token" if exc.status == 401 else exc.message
+            return login_form(f"Not logged in: {reason}.", status=401 if exc.status == 401 else 502)
+        log.info("console login", extra={"user": user})  # the user's name, never the token or the session
+        raise signed_in(session)
 
     async def codes(request: web.Request) -> web.Response:
-        if request.get(AUTHENTICATED_BY) != "token":
+        if request[CALLER].via != "token" or isinstance(console.gate, KubeGate):
             return fail(403, "login codes are issued for the bearer token only (run `jetway console`)", code="forbidden")
         api_url = f"{request.scheme}://{request.host}"
         return web.json_response({"url": console.login_url(api_url), "expires_in": int(console.logins.code_ttl)})
 
     async def logout(request: web.Request) -> web.Response:
-        console.logins.end(request.cookies.get(COOKIE))
+        if isinstance(console.gate, KubeGate):
+            console.gate.end(request.cookies.get(COOKIE))
+        else:
+            console.logins.end(request.cookies.get(COOKIE))
         response = web.json_response({"logged_out": True})
         response.del_cookie(COOKIE, path="/")
         return response
@@ -198,7 +255,10 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             return fail(502, f"the router at {base} did not answer: {type(exc).__name__}", code="bad_gateway")
 
     async def router_figures(request: web.Request) -> web.Response:
-        now = figures.sample(console.recorder or router_recorder(), console.clock())
+        if console.scrape is not None:  # a cluster: the router pods' /metrics
+            now = await console.scrape()
+        else:
+            now = figures.sample(console.recorder or router_recorder(), console.clock())
         console.samples = figures.keep(console.samples, now)
         body = figures.figures(console.samples[0] if console.samples[0] is not now else None, now)
         return web.json_response({"router_url": console.router_url, "window": figures.WINDOW, **body})
@@ -233,8 +293,9 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         console.watches.add(changed)
         try:
             await response.prepare(request)
-            states = watcher.state.resources.of_kind(info.kind)
-            items = [watcher.state.view(s) for s in states if namespace is None or s.key.namespace == namespace]
+            states = [s for s in watcher.state.resources.of_kind(info.kind) if namespace is None or s.key.namespace == namespace]
+            shown = await visible(request, gate, info, {s.key.namespace for s in states})
+            items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
             await response.write(sse("snapshot", {"kind": info.kind, "items": items}))
             while True:
                 try:
@@ -245,6 +306,8 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 if key is None:  # the API is stopping
                     break
                 pending.discard(key)
+                if not await gate.may(request[CALLER], "list", info, key.namespace or None):
+                    continue
                 state = watcher.state.resources.items.get(key)
                 if state is None:
                     await response.write(sse("deleted", {"kind": key.kind, "namespace": key.namespace, "name": key.name}))
@@ -252,6 +315,8 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                     await response.write(sse("changed", watcher.state.view(state)))
         except (ConnectionResetError, ConnectionError):
             pass  # the browser left
+        except Denied:
+            pass  # the session's token lapsed: the page's next call says so
         finally:
             with contextlib.suppress(ValueError):
                 watcher.listeners.remove(heard)
@@ -263,6 +328,8 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         if info is None:
             return fail(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
         key = Key(info.kind, (request.query.get("namespace") or "default") if info.namespaced else "", request.match_info["name"])
+        if not await gate.may(request[CALLER], "get", info, key.namespace or None):
+            return fail(403, f"you may not get {info.plural}{where(key.namespace)}", code="forbidden")
         try:
             limit = timeline.page_size(request.query.get("limit"))
             after = timeline.sequence("after", request.query.get("after"))
@@ -324,6 +391,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     app.router.add_get("/ui", to_ui)
     app.router.add_get("/ui/", page)
     app.router.add_get(LOGIN_PATH, login)
+    app.router.add_post(LOGIN_PATH, login)
     app.router.add_get("/ui/{file}", page)
     app.router.add_post("/v1/console/codes", codes)
     app.router.add_post("/v1/console/logout", logout)

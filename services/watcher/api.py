@@ -18,7 +18,6 @@ console's session cookie (with `x-jetway-console: 1` on a change: 403 without), 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,8 +29,8 @@ from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.problems import Problem
 from contracts.subjects import Key
 from runtime import metrics
-from services.console import logins
 from services.console import web as console_web
+from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes
 from services.watcher.handlers import Refused, WatcherService
 
 log = logging.getLogger("jetway.api")
@@ -68,25 +67,29 @@ def refusal(refused: Refused) -> web.Response:
     return error(400, first.message, code="invalid_manifest", path=first.path, problems=refused.problems)
 
 
-def build_app(watcher: WatcherService, token: str, console: console_web.Console | None = None) -> web.Application:
+def build_app(
+    watcher: WatcherService, token: str, console: console_web.Console | None = None, *, writes: Writes | None = None
+) -> web.Application:
+    """The API. `console.gate` says who may call it (the token or a session by default); `writes`, when given,
+    makes every change elsewhere (the cluster console writes to Kubernetes as the user, services/console/main.py)."""
     console = console or console_web.Console()
+    gate = console.gate = console.gate or TokenGate(token, console.logins, console.clock)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN and request.path != console_web.LOGIN_PATH:
-            header = request.headers.get("Authorization", "")
-            given = header[7:] if header.startswith("Bearer ") else ""
-            token_ok = bool(given) and hmac.compare_digest(given.encode(), token.encode())
-            verdict = console.check(request, token_ok)
-            if verdict is logins.Access.UNAUTHORIZED:
-                if request.path == "/ui" or request.path.startswith("/ui/"):
-                    return console_web.logged_out("You are not logged in, or your session ended.")
-                return error(401, "missing or invalid bearer token (jetway.json has it) or console session", code="unauthorized")
-            if verdict is logins.Access.CROSS_SITE:
-                return error(403, f"a change from a console session needs the header {logins.CONSOLE_HEADER}: 1", code="forbidden")
-            request[console_web.AUTHENTICATED_BY] = "token" if token_ok else "session"
         try:
+            if request.path not in OPEN and not console_web.is_login(request.path):
+                try:
+                    request[CALLER] = await gate.caller(request)
+                except Denied as denied:
+                    if denied.status == 401 and (request.path == "/ui" or request.path.startswith("/ui/")):
+                        if isinstance(gate, KubeGate):
+                            return console_web.login_form("You are not logged in, or your session ended.", status=401)
+                        return console_web.logged_out("You are not logged in, or your session ended.")
+                    return error(denied.status, denied.message, code="unauthorized" if denied.status == 401 else "forbidden")
             return await handler(request)
+        except Denied as denied:  # a session whose Kubernetes token lapsed, found out by a route
+            return error(denied.status, denied.message, code="unauthorized" if denied.status == 401 else "forbidden")
         except web.HTTPException as exc:
             if exc.status == 413:
                 return error(413, f"manifest larger than {MAX_BODY // (1024 * 1024)} MiB", code="too_large")
@@ -134,6 +137,8 @@ def build_app(watcher: WatcherService, token: str, console: console_web.Console 
             return error(400, f"cannot parse the manifest: {exc}", code="invalid_manifest", path="")
         if len(documents) != 1:
             return error(400, f"one manifest per request (got {len(documents)})", code="invalid_manifest", path="")
+        if writes is not None:
+            return await writes.apply(request[CALLER], documents[0], dry_run=dry_run)
         outcome = await watcher.apply(documents[0], dry_run=dry_run)
         if isinstance(outcome, Refused):
             return refusal(outcome)
@@ -174,14 +179,18 @@ def build_app(watcher: WatcherService, token: str, console: console_web.Console 
         if isinstance(info, web.Response):
             return info
         wanted = request.query.get("namespace")
-        items = [watcher.state.view(s) for s in watcher.state.resources.of_kind(info.kind) if not wanted or s.key.namespace == wanted]
+        states = [s for s in watcher.state.resources.of_kind(info.kind) if not wanted or s.key.namespace == wanted]
+        shown = await console_web.visible(request, gate, info, {s.key.namespace for s in states})
+        items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
         return web.json_response({"kind": info.kind, "items": items})
 
-    def find(request: web.Request) -> tuple[KindInfo, Any] | web.Response:
+    async def find(request: web.Request) -> tuple[KindInfo, Any] | web.Response:
         info = kind_or_404(request)
         if isinstance(info, web.Response):
             return info
         key = key_of(request, info)
+        if not await gate.may(request[CALLER], "get", info, key.namespace or None):
+            return error(403, f"you may not get {info.plural}{console_web.where(key.namespace)}", code="forbidden")
         state = watcher.state.resources.items.get(key)
         if state is None:
             where = f" in namespace {key.namespace!r}" if key.namespace else ""
@@ -189,15 +198,15 @@ def build_app(watcher: WatcherService, token: str, console: console_web.Console 
         return info, state
 
     async def get_one(request: web.Request) -> web.Response:
-        found = find(request)
+        found = await find(request)
         return found if isinstance(found, web.Response) else web.json_response(watcher.state.view(found[1]))
 
     async def get_status(request: web.Request) -> web.Response:
-        found = find(request)
+        found = await find(request)
         return found if isinstance(found, web.Response) else web.json_response(watcher.state.status_view(found[1]))
 
     async def get_objects(request: web.Request) -> web.Response:
-        found = find(request)
+        found = await find(request)
         if isinstance(found, web.Response):
             return found
         state = found[1]
@@ -212,6 +221,8 @@ def build_app(watcher: WatcherService, token: str, console: console_web.Console 
         info = kind_or_404(request)
         if isinstance(info, web.Response):
             return info
+        if writes is not None:
+            return await writes.delete(request[CALLER], info, key_of(request, info))
         outcome = await watcher.delete(key_of(request, info))
         return web.json_response({"kind": info.kind, "name": outcome.key.name, "action": "deleted" if outcome.found else "noop"})
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.console.figures import Sample, figures, keep, quantile, sample
+from services.console.figures import Sample, figures, from_exposition, keep, quantile, sample
 from services.router.metrics import Recorder
 from tests.console.conftest import screenshot
 from tests.support.stack import Stack
@@ -54,6 +54,35 @@ def test_figures_are_rates_error_rates_and_quantiles_between_two_samples() -> No
         "ttft_p50_ms": None,
         "ttft_p90_ms": None,
     }
+
+
+def test_a_cluster_sample_adds_up_the_routers_metrics_as_they_expose_them() -> None:
+    """The cluster console scrapes every router pod's /metrics: parsed, two routers' counts add up to what one
+    router counting both would hold."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from services.router.metrics import RouterCollector
+
+    def exposed(recorder: Recorder) -> str:
+        registry = CollectorRegistry()
+        registry.register(RouterCollector(recorder))
+        return generate_latest(registry).decode()
+
+    one, two, both = Recorder(), Recorder(), Recorder()
+    for recorder, ttft in ((one, 0.03), (two, 0.4)):
+        for target in (recorder, both):
+            target.answered("m", "a", "chat", 200, 0.5)
+            target.answered("m", "", "chat", 503, 0.001)
+            target.stream("m", "a", ttft, 4, 0.1)
+    one.in_flight = lambda: [("a", 2)]
+    two.in_flight = lambda: [("a", 1), ("b", 0)]
+    both.in_flight = lambda: [("a", 3), ("b", 0)]
+    parsed = from_exposition([exposed(one), exposed(two)], 7.0)
+    direct = sample(both, 7.0)
+    assert parsed.requests == direct.requests == {("m", "a", 200): 2, ("m", "", 503): 2}
+    assert parsed.first_token == direct.first_token and parsed.bounds == direct.bounds
+    assert parsed.in_flight == direct.in_flight == {"a": 3, "b": 0}
+    assert figures(None, parsed) == figures(None, direct)
 
 
 def test_without_a_baseline_only_the_cumulative_counts_are_known() -> None:

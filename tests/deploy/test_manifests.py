@@ -67,7 +67,8 @@ def test_every_object_passes_kubernetes_validate(folder: str) -> None:
 
 def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[dict[str, Any]]) -> None:
     deployments = of_kind(objects, "Deployment")
-    assert set(deployments) == {f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway", "router", "binding")}
+    services = ("watcher", "selector", "storage", "workload", "gateway", "router", "binding", "console")
+    assert set(deployments) == {f"jetway-{s}" for s in services}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
@@ -81,7 +82,7 @@ def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[d
         assert pod["serviceAccountName"] == name
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["JETWAY_MODE"] == "cluster" and env["JETWAY_NATS_URL"] == "nats://jetway-nats:4222"
-    for nats_only in ("jetway-selector", "jetway-router"):  # no Kubernetes API: no token in the pod
+    for nats_only in ("jetway-selector", "jetway-router", "jetway-console"):  # no token of their own in the pod
         assert not deployments[nats_only]["spec"]["template"]["spec"]["automountServiceAccountToken"], nats_only
     # the internet-facing router: its own ServiceAccount, members' credentials from a mounted Secret only
     router = deployments["jetway-router"]["spec"]["template"]["spec"]
@@ -263,6 +264,30 @@ def test_rbac_grants_each_service_what_its_code_writes_and_no_wildcards(objects:
     assert not _allows(watcher, "apps", "deployments", "patch")  # reads workloads, never writes them
     assert _rules(objects, "jetway-selector") == []
     assert _rules(objects, "jetway-router") == []  # the data plane may create, delete or read nothing in the cluster
+    assert _rules(objects, "jetway-console") == []  # the console speaks to Kubernetes only with the user's own token
+
+
+def test_the_console_reaches_the_router_and_every_router_pods_metrics(objects: list[dict[str, Any]]) -> None:
+    """The cluster console's playground relays to the router's Service, and its figures come from each router pod's
+    /metrics, found by DNS through a headless Service (no API rights needed); its CA is the cluster's ConfigMap."""
+    services = of_kind(objects, "Service")
+    router_pod = of_kind(objects, "Deployment")["jetway-router"]["spec"]["template"]
+    router_ports = {p["name"]: p["containerPort"] for p in router_pod["spec"]["containers"][0]["ports"]}
+    console_pod = of_kind(objects, "Deployment")["jetway-console"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in console_pod["containers"][0]["env"]}
+    host, port = env["JETWAY_ROUTER_METRICS"].split(":")
+    headless = services[host]["spec"]
+    assert headless["clusterIP"] == "None" and headless["selector"].items() <= router_pod["metadata"]["labels"].items()
+    assert headless["ports"][0]["port"] == int(port) and router_ports[headless["ports"][0]["targetPort"]] == router_ports["health"]
+    router_url = env["JETWAY_ROUTER_URL"]
+    assert router_url == f"http://jetway-router:{services['jetway-router']['spec']['ports'][0]['port']}/v1"
+    ca = next(v for v in console_pod["volumes"] if "configMap" in v)
+    mount = next(m for m in console_pod["containers"][0]["volumeMounts"] if m["name"] == ca["name"])
+    assert ca["configMap"]["name"] == "kube-root-ca.crt" and env["JETWAY_KUBE_CA_FILE"] == f"{mount['mountPath']}/ca.crt"
+    console_port = services["jetway-console"]["spec"]["ports"][0]
+    assert {p["name"]: p["containerPort"] for p in console_pod["containers"][0]["ports"]}[console_port["targetPort"]] == int(
+        env["JETWAY_CONSOLE_PORT"]
+    )
 
 
 def test_the_webhook_configurations_cover_every_kind_and_reach_the_server(objects: list[dict[str, Any]]) -> None:

@@ -1,0 +1,168 @@
+"""Who is calling, and what they may do: one `Gate` per way Jetway runs, the same routes behind both.
+
+- `TokenGate` (`jetway up`): the apply API's bearer token, or a console session made from a one-time login
+  code (services/console/logins.py). Whoever holds either may do anything: it is one user's machine.
+- `KubeGate` (the console Deployment in a cluster): the user's own Kubernetes token, given at login and
+  checked by the API server (services/console/kubeuser.py); what the console shows from the event stream is
+  narrowed to what that user may `get`/`list`, and every change is made with that token.
+
+Both refuse a change made with the session cookie but without `x-jetway-console: 1` (the CSRF guard) and
+answer 401 to a request with neither credential.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiohttp import web
+
+from contracts.kinds import KindInfo
+from contracts.subjects import Key
+from services.console.kubeuser import KubeAsUser, KubeRefused
+from services.console.logins import CONSOLE_HEADER, COOKIE, MAX_SESSIONS, SESSION_TTL, Access, Logins, access
+
+WHO_TTL = 60.0  # seconds a bearer token's user is remembered (a revoked token is refused within this)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The credential a request came with: `via` "token" (a bearer token) or "session" (the console's cookie)."""
+
+    via: str
+    user: str = ""
+    session: str = ""  # the cookie's session id, or a bearer token's digest: the key of cached decisions
+    token: str = field(default="", repr=False)  # a cluster user's Kubernetes token; never logged or shown
+
+
+CALLER = web.RequestKey("jetway_caller", Caller)  # set by the API's guard on every route it guards
+
+
+class Denied(Exception):
+    """A request the gate refuses: 401 (who?) or 403 (a cross-site change)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Gate(Protocol):
+    async def caller(self, request: web.Request) -> Caller:
+        """The request's caller; Denied when it has no valid credential."""
+        ...
+
+    async def may(self, caller: Caller, verb: str, info: KindInfo, namespace: str | None) -> bool:
+        """Whether the caller may `verb` (get, list, ...) the kind in `namespace` (None: everywhere)."""
+        ...
+
+
+class Writes(Protocol):
+    """Where changes go when not to the event log directly: the cluster console's Kubernetes, as the user."""
+
+    async def apply(self, caller: Caller, manifest: object, *, dry_run: bool) -> web.Response: ...
+
+    async def delete(self, caller: Caller, info: KindInfo, key: Key) -> web.Response: ...
+
+
+def bearer(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header.startswith("Bearer ") else ""
+
+
+def _verdict(request: web.Request, *, token_ok: bool, session_ok: bool) -> None:
+    verdict = access(request.method, token_ok=token_ok, session_ok=session_ok, console_header=request.headers.get(CONSOLE_HEADER))
+    if verdict is Access.UNAUTHORIZED:
+        raise Denied(401, "missing or invalid bearer token or console session")
+    if verdict is Access.CROSS_SITE:
+        raise Denied(403, f"a change from a console session needs the header {CONSOLE_HEADER}: 1")
+
+
+@dataclass
+class TokenGate:
+    """`jetway up`: the API token, or a session from a login code; either may do anything."""
+
+    token: str
+    logins: Logins
+    clock: Callable[[], float] = time.monotonic
+
+    async def caller(self, request: web.Request) -> Caller:
+        given = bearer(request)
+        token_ok = bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+        session = request.cookies.get(COOKIE, "")
+        _verdict(request, token_ok=token_ok, session_ok=not token_ok and self.logins.valid(session, self.clock()))
+        return Caller("token") if token_ok else Caller("session", session=session)
+
+    async def may(self, caller: Caller, verb: str, info: KindInfo, namespace: str | None) -> bool:
+        return True
+
+
+@dataclass
+class KubeSession:
+    user: str
+    token: str = field(repr=False)
+    until: float = 0.0
+
+
+@dataclass
+class KubeGate:
+    """A cluster: the user's Kubernetes token, as a bearer token or behind a session made at login."""
+
+    kube: KubeAsUser
+    clock: Callable[[], float] = time.monotonic
+    session_ttl: float = SESSION_TTL
+    sessions: OrderedDict[str, KubeSession] = field(default_factory=OrderedDict)
+    known: OrderedDict[str, tuple[str, float]] = field(default_factory=OrderedDict)  # token digest → (user, until)
+
+    async def login(self, token: str) -> tuple[str, str]:
+        """A new session for a token the API server takes: (session id, user); KubeRefused otherwise."""
+        user = await self.kube.who(token)
+        session = secrets.token_urlsafe(32)
+        now = self.clock()
+        self.sessions[session] = KubeSession(user, token, now + self.session_ttl)
+        for stale in [s for s, held in self.sessions.items() if held.until <= now]:
+            del self.sessions[stale]
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        return session, user
+
+    def end(self, session: str | None) -> None:
+        if session and self.sessions.pop(session, None) is not None:
+            self.kube.forget(session)
+
+    async def caller(self, request: web.Request) -> Caller:
+        given = bearer(request)
+        if given:
+            digest = hashlib.sha256(given.encode()).hexdigest()
+            now = self.clock()
+            known = self.known.get(digest)
+            if known is None or known[1] <= now:
+                try:
+                    user = await self.kube.who(given)
+                except KubeRefused as exc:
+                    raise Denied(401, "the Kubernetes API server does not take this token") from exc
+                known = (user, now + WHO_TTL)
+                self.known[digest] = known
+                while len(self.known) > MAX_SESSIONS:
+                    self.known.popitem(last=False)
+            return Caller("token", user=known[0], session=digest, token=given)
+        session = request.cookies.get(COOKIE, "")
+        held = self.sessions.get(session) if session else None
+        _verdict(request, token_ok=False, session_ok=held is not None and held.until > self.clock())
+        assert held is not None
+        return Caller("session", user=held.user, session=session, token=held.token)
+
+    async def may(self, caller: Caller, verb: str, info: KindInfo, namespace: str | None) -> bool:
+        try:
+            return await self.kube.may(caller.session, caller.token, verb, info, namespace)
+        except KubeRefused as exc:
+            if exc.status == 401:  # the token expired or was revoked since the login
+                self.end(caller.session)
+                raise Denied(401, "the Kubernetes API server no longer takes this session's token; log in again") from exc
+            raise

@@ -1,0 +1,173 @@
+"""Entry point of the console in a cluster: `python -m services.console` (deploy/base/console.yaml).
+
+It serves the same pages and the same `/v1/*` routes as `jetway up`'s apply API, from its own fold of the
+event stream (a watcher projection that decides nothing), with two differences (services/console/access.py):
+- who: the user logs in with their own Kubernetes token (`POST /ui/login`, or `Authorization: Bearer`), which
+  the API server checks; the console's pod has no token of its own and no Kubernetes rights at all;
+- changes (apply, delete, drain) go to the Kubernetes API with the user's token (`KubeWrites`), where RBAC,
+  Jetway's admission webhook and the audit log see the user. The event stream is only read: the console's
+  NATS user may write nothing but its own dead letters.
+
+Environment (besides runtime/entry.py's): `JETWAY_CONSOLE_HOST`/`JETWAY_CONSOLE_PORT` (0.0.0.0:8080), where the
+pages are served (plain HTTP: reach it with `kubectl port-forward`, docs/console.md); `JETWAY_ROUTER_URL`, the
+router the playground relays to (`http://jetway-router:8080/v1`); `JETWAY_ROUTER_METRICS`, a host whose DNS
+names every router pod (the headless `jetway-router-metrics`) and the port of their `/metrics`
+(`jetway-router-metrics:8090`), for the pool members' live figures; outside a pod, `KUBECONFIG` names the
+cluster (its user is ignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from contracts.kinds import KINDS, KindInfo
+from contracts.problems import Problem
+from contracts.subjects import Key
+from runtime.entry import Context, Stop
+from runtime.service import Runnable, Runner
+from services.console import figures
+from services.console import web as console_web
+from services.console.access import Caller, Denied, KubeGate
+from services.console.kubeuser import Endpoint, KubeAsUser, KubeRefused
+from services.watcher import api
+from services.watcher.handlers import WatcherService
+
+NAME = "console"
+SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=3)
+log = logging.getLogger("jetway.console")
+
+
+class ConsoleProjection(WatcherService):
+    """The watcher's projection of every event, folded and never acted on: no reconcile, so nothing written."""
+
+    name = NAME
+
+    def affected(self, envelope: Any) -> tuple[Key, ...]:
+        return ()
+
+    def keys(self) -> list[Key]:
+        return []
+
+
+class KubeWrites:
+    """Changes as the user: Jetway's own admission rules first (the same words as `jetway validate`, in place on
+    the form), then server-side apply or delete with the user's token; the API server's refusal is passed on."""
+
+    def __init__(self, kube: KubeAsUser, projection: WatcherService) -> None:
+        self.kube = kube
+        self.projection = projection
+
+    async def apply(self, caller: Caller, manifest: object, *, dry_run: bool) -> web.Response:
+        verdict, _ = self.projection.admit(manifest)
+        if not verdict.ok or verdict.obj is None:
+            first = verdict.problems[0]
+            return api.error(400, first.message, code="invalid_manifest", path=first.path, problems=verdict.problems)
+        assert isinstance(manifest, dict)
+        info = KINDS[str(manifest.get("kind"))]
+        try:
+            stored, created = await self.kube.apply(caller.token, info, manifest, dry_run=dry_run)
+        except KubeRefused as exc:
+            return refused(exc)
+        meta = stored.get("metadata") or {}
+        body: dict[str, Any] = {
+            "kind": info.kind,
+            "name": meta.get("name"),
+            "action": "created" if created else "configured",
+            "generation": meta.get("generation"),
+            "resource_version": meta.get("resourceVersion"),
+            "dry_run": dry_run,
+        }
+        if info.namespaced:
+            body["namespace"] = meta.get("namespace")
+        if verdict.warnings:
+            body["warnings"] = verdict.warnings
+        return web.json_response(body, status=201 if created else 200)
+
+    async def delete(self, caller: Caller, info: KindInfo, key: Key) -> web.Response:
+        try:
+            found = await self.kube.delete(caller.token, info, key.namespace or None, key.name)
+        except KubeRefused as exc:
+            return refused(exc)
+        return web.json_response({"kind": info.kind, "name": key.name, "action": "deleted" if found else "noop"})
+
+
+def refused(exc: KubeRefused) -> web.Response:
+    """The API server's refusal, in the API's error shape, with its own words (they name no secret)."""
+    if exc.status == 401:
+        raise Denied(401, "the Kubernetes API server no longer takes this session's token; log in again")
+    if exc.status == 403:
+        return api.error(403, f"Kubernetes refused it: {exc.message}", code="forbidden")
+    if exc.status == 409:
+        return api.error(409, exc.message, code="conflict")
+    if exc.status in (400, 422):
+        problems = [Problem(path=path, message=message) for path, message in exc.causes] or None
+        return api.error(400, exc.message, code="invalid_manifest", path=exc.causes[0][0] if exc.causes else "", problems=problems)
+    if exc.status == 404:
+        return api.error(404, exc.message, code="not_found")
+    return api.error(502, f"the Kubernetes API server answered {exc.status}: {exc.message}", code="bad_gateway")
+
+
+def router_scraper(target: str, session: aiohttp.ClientSession, clock: Any = time.monotonic) -> Any:
+    """A `Console.scrape`: every router pod's `/metrics` (each address `host` resolves to), added into one sample."""
+    host, _, port = target.rpartition(":")
+
+    async def scrape() -> figures.Sample:
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except OSError:
+            found = []
+        addresses = sorted({str(entry[4][0]) for entry in found})
+
+        async def one(address: str) -> str:
+            shown = f"[{address}]" if ":" in address else address
+            try:
+                async with session.get(f"http://{shown}:{port}/metrics", timeout=SCRAPE_TIMEOUT) as answer:
+                    return await answer.text() if answer.status == 200 else ""
+            except (aiohttp.ClientError, TimeoutError):
+                return ""  # a router going away: the others' figures still count
+
+        texts = await asyncio.gather(*(one(a) for a in addresses))
+        return figures.from_exposition([t for t in texts if t], clock())
+
+    return scrape
+
+
+async def start(context: Context) -> list[Runnable]:
+    projection = ConsoleProjection()
+    runner = Runner(projection, context.nc)
+    projection.runner = runner
+    try:
+        endpoint = Endpoint.from_environment(dict(os.environ), os.environ.get("KUBECONFIG") or None)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"console: {exc}") from None
+    kube = KubeAsUser(endpoint)
+    router_url = context.env("JETWAY_ROUTER_URL", "http://jetway-router:8080/v1")
+    metrics_target = context.env("JETWAY_ROUTER_METRICS", "jetway-router-metrics:8090")
+
+    async def serve() -> Stop:
+        await kube.start()
+        scraping = aiohttp.ClientSession()
+        console = console_web.Console(router_url=router_url, gate=KubeGate(kube))
+        console.scrape = router_scraper(metrics_target, scraping)
+        app = api.build_app(projection, "", console, writes=KubeWrites(kube, projection))
+        site, port = await api.serve(app, context.env("JETWAY_CONSOLE_HOST", "0.0.0.0"), int(context.env("JETWAY_CONSOLE_PORT", "8080")))
+        log.info("console listening", extra={"port": port})
+
+        async def stop() -> None:
+            await site.cleanup()
+            await scraping.close()
+            await kube.close()
+
+        return stop
+
+    context.after_ready.append(serve)
+    return [runner]
