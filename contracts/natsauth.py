@@ -119,7 +119,7 @@ SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
     # the console in a cluster reads the log and writes no facet: a change goes to Kubernetes as the user
-    ServiceUser("console", ("console",), ()),
+    ServiceUser("console", ("console",), (), subscribes=(PROBE_SIGNALS,)),  # members' probe times, as the watcher folds them
 )
 
 

@@ -19,6 +19,7 @@ cluster (its user is ignored).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -55,6 +56,16 @@ class ConsoleProjection(WatcherService):
 
     def keys(self) -> list[Key]:
         return []
+
+    async def alongside(self, runner: Runner) -> None:
+        """Only the probe times: no cluster sync, no purge of deleted history (the watcher's)."""
+        self.runner = runner
+        sub = await self.follow_probes(runner)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
 
 class KubeWrites:

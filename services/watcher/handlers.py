@@ -33,6 +33,7 @@ from runtime.eventstore import Conflict, EventTooLarge, Item
 from runtime.leases import Leases
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
+from services.console.events import EventIndex
 from services.watcher.cluster import ClusterSync
 from services.watcher.decide import history
 from services.watcher.decide.apply import Plan, Stale, key_of, plan, policy
@@ -83,9 +84,12 @@ class WatcherService(Service):
         self.rebuilt_count = 0
         # told of each event once it is folded, so what they read of the state includes it (the console's watch)
         self.listeners: list[Callable[[Envelope], None]] = []
+        # event id -> stream sequence of the newest events folded (rebuild included): the timeline's links to causes
+        self.event_index = EventIndex()
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
+        self.event_index.add(envelope)
         for listener in self.listeners:
             listener(envelope)
 
@@ -301,8 +305,8 @@ class WatcherService(Service):
 
     # --- alongside: the probe signals ------------------------------------------------------
 
-    async def alongside(self, runner: Runner) -> None:
-        self.runner = runner
+    async def follow_probes(self, runner: Runner) -> Any:
+        """The router's probe times, folded as they come (not events: a member's view shows its last probe)."""
         decoder = msgspec.json.Decoder(ProbeSignal)
 
         async def probed(msg: Any) -> None:
@@ -310,7 +314,11 @@ class WatcherService(Service):
                 signal = decoder.decode(msg.data)
                 self.state.probed(signal.subject, signal.at)
 
-        sub = await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
+        return await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
+
+    async def alongside(self, runner: Runner) -> None:
+        self.runner = runner
+        sub = await self.follow_probes(runner)
         try:
             if self.cluster is None:
                 await self._purging(runner)
