@@ -161,25 +161,26 @@ class KubeAsUser:
         for key in [k for k in self.decisions if k[0] == session]:
             del self.decisions[key]
 
-    async def apply(self, token: str, info: KindInfo, manifest: dict[str, Any], *, dry_run: bool) -> tuple[dict[str, Any], bool]:
-        """Server-side apply as the user; (the object as stored, whether it was created)."""
+    async def apply(
+        self, token: str, info: KindInfo, manifest: dict[str, Any], *, dry_run: bool
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Server-side apply as the user: (the object before, None when new; the object as stored, or as it would be)."""
         meta = manifest.get("metadata") or {}
         name, namespace = str(meta.get("name", "")), meta.get("namespace") or ("default" if info.namespaced else None)
         if info.namespaced:
             manifest = {**manifest, "metadata": {**meta, "namespace": namespace}}
         path = resource_path(info, namespace, name)
-        existed = True
+        before: dict[str, Any] | None = None
         try:
-            await self.call(token, "GET", path)
+            before = await self.call(token, "GET", path)
         except KubeRefused as exc:
             if exc.status != 404:
                 raise
-            existed = False
         query = {"fieldManager": FIELD_MANAGER, "force": "true"}
         if dry_run:
             query["dryRun"] = "All"
         stored = await self.call(token, "PATCH", path, body=manifest, content_type="application/apply-patch+yaml", query=query)
-        return stored, not existed
+        return before, stored
 
     async def delete(self, token: str, info: KindInfo, namespace: str | None, name: str) -> bool:
         """Delete as the user; False when it was not there."""

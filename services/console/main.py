@@ -84,23 +84,23 @@ class KubeWrites:
         assert isinstance(manifest, dict)
         info = KINDS[str(manifest.get("kind"))]
         try:
-            stored, created = await self.kube.apply(caller.token, info, manifest, dry_run=dry_run)
+            before, stored = await self.kube.apply(caller.token, info, manifest, dry_run=dry_run)
         except KubeRefused as exc:
             return refused(exc)
-        meta = stored.get("metadata") or {}
+        meta, previous = stored.get("metadata") or {}, (before or {}).get("metadata") or {}
         body: dict[str, Any] = {
             "kind": info.kind,
             "name": meta.get("name"),
-            "action": "created" if created else "configured",
+            "action": action(before, stored, dry_run=dry_run),  # the words of `jetway up`'s apply API
             "generation": meta.get("generation"),
+            "previous_generation": previous.get("generation"),
             "resource_version": meta.get("resourceVersion"),
-            "dry_run": dry_run,
         }
         if info.namespaced:
             body["namespace"] = meta.get("namespace")
         if verdict.warnings:
             body["warnings"] = verdict.warnings
-        return web.json_response(body, status=201 if created else 200)
+        return web.json_response(body, status=201 if before is None else 200)
 
     async def delete(self, caller: Caller, info: KindInfo, key: Key) -> web.Response:
         try:
@@ -108,6 +108,18 @@ class KubeWrites:
         except KubeRefused as exc:
             return refused(exc)
         return web.json_response({"kind": info.kind, "name": key.name, "action": "deleted" if found else "noop"})
+
+
+def action(before: dict[str, Any] | None, stored: dict[str, Any], *, dry_run: bool) -> str:
+    """created / configured / unchanged, or would_create / would_update on a dry run, as the apply API says."""
+    if before is None:
+        return "would_create" if dry_run else "created"
+    same = all(before.get(part) == stored.get(part) for part in ("spec",)) and all(
+        (before.get("metadata") or {}).get(field) == (stored.get("metadata") or {}).get(field) for field in ("labels", "annotations")
+    )
+    if same:
+        return "unchanged"
+    return "would_update" if dry_run else "configured"
 
 
 def refused(exc: KubeRefused) -> web.Response:

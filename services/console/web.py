@@ -7,8 +7,10 @@
     GET  /v1/console/info                           the router's URL and what the console relays
     GET  /v1/console/models                         the router's GET /v1/models, relayed
     POST /v1/console/chat                           the router's POST /v1/chat/completions, relayed as it streams
-    GET  /v1/watch?kind=KIND                        Server-Sent Events: a snapshot of the kind, then each change
+    GET  /v1/watch?kind=KIND[&namespace=NS&name=N]  Server-Sent Events: a snapshot of the kind, then each change
     GET  /v1/kinds/{kind}/{name}/history            events (?after=SEQ&limit=N), the state (?until=SEQ), + diff (&since=SEQ)
+    GET  /v1/console/events/{id}[?before=SEQ]       where an event lives: {id, kind, namespace, name, seq, facet, type} (events.py)
+    GET  /v1/console/rendered/{kind}/{name}         the recorded objects as `jetway render KIND/NAME` prints them (rendered.py)
     GET  /v1/console/discovery                      what the cluster serves, by CRD name (providers' health checks)
     GET  /v1/console/router-figures                 the router's live figures per member and per model (figures.py)
 
@@ -38,7 +40,7 @@ from contracts.events import Envelope
 from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
 from runtime.eventstore import Item
-from services.console import figures, timeline
+from services.console import events, figures, rendered, timeline
 from services.console.access import CALLER, Denied, Gate, KubeGate
 from services.console.kubeuser import KubeRefused
 from services.console.logins import COOKIE, Logins
@@ -105,6 +107,16 @@ LOGIN_FORM = """<!doctype html>
 
 def login_form(reason: str, status: int = 200) -> web.Response:
     return web.Response(status=status, text=LOGIN_FORM.format(reason=html.escape(reason)), content_type="text/html", headers=PAGE_HEADERS)
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether a form post comes from this console's own page. Browsers say so in `Sec-Fetch-Site`; the pages'
+    `no-referrer` policy makes their `Origin` "null", so an Origin is compared only where it names a site."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("Origin")
+    return origin in (None, "null") or origin == f"{request.scheme}://{request.host}"
 
 
 def is_login(path: str) -> bool:
@@ -179,8 +191,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         """A cluster: a form for the user's Kubernetes token (GET), and the token checked by the API server (POST)."""
         if request.method != "POST":
             return login_form("")
-        origin = request.headers.get("Origin")
-        if origin is not None and origin != f"{request.scheme}://{request.host}":
+        if not same_origin(request):  # login CSRF: another site's form logging the browser in as someone else
             return login_form("A login from another site's page is refused.", status=403)
         form = await request.post()
         token = str(form.get("token", "")).strip()
@@ -276,6 +287,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             given = request.query.get("kind", "")
             return fail(400, f"kind: unknown kind {given!r} (known: {', '.join(KINDS)})", code="invalid_request", path="kind")
         namespace = request.query.get("namespace") or None
+        name = request.query.get("name") or None  # one resource (a deployment's page): nothing about the others is sent
         changed: asyncio.Queue[Key | None] = asyncio.Queue()
         pending: set[Key] = set()  # a key waiting to be sent is not queued again: the queue stays as small as the kind
 
@@ -284,7 +296,8 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 key = envelope.key
             except (KeyError, ValueError):  # a subject of no kind the API knows (the cluster's discovery)
                 return
-            if key.kind == info.kind and (namespace is None or key.namespace == namespace) and key not in pending:
+            wanted = (namespace is None or key.namespace == namespace) and (name is None or key.name == name)
+            if key.kind == info.kind and wanted and key not in pending:
                 pending.add(key)
                 changed.put_nowait(key)
 
@@ -293,7 +306,11 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         console.watches.add(changed)
         try:
             await response.prepare(request)
-            states = [s for s in watcher.state.resources.of_kind(info.kind) if namespace is None or s.key.namespace == namespace]
+            states = [
+                s
+                for s in watcher.state.resources.of_kind(info.kind)
+                if (namespace is None or s.key.namespace == namespace) and (name is None or s.key.name == name)
+            ]
             shown = await visible(request, gate, info, {s.key.namespace for s in states})
             items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
             await response.write(sse("snapshot", {"kind": info.kind, "items": items}))
@@ -374,6 +391,24 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             }
         )
 
+    async def event_at(request: web.Request) -> web.Response:
+        """Where an event lives, by its id: a timeline's causation or correlation link, followed (events.py)."""
+        try:
+            event_id = events.event_id(request.match_info["id"])
+            before = timeline.sequence("before", request.query.get("before"))
+        except ValueError as exc:
+            return fail(400, str(exc), code="invalid_request", path=str(exc).split(":", 1)[0])
+        runner = watcher.runner
+        if runner is None:
+            return fail(503, "the event stream is not read yet; try again shortly", code="unavailable")
+        found = await events.locate(watcher.event_index, runner.store, event_id, before=before)
+        if isinstance(found, events.Missing):
+            return fail(found.status, found.message, code=found.code)
+        info = KINDS[found.key.kind]
+        if not await gate.may(request[CALLER], "get", info, found.key.namespace or None):
+            return fail(403, "you may not get the resource this event is about", code="forbidden")
+        return web.json_response(found.body())
+
     async def open_relay(app: web.Application) -> None:
         relay["session"] = aiohttp.ClientSession(timeout=RELAY_TIMEOUT)
 
@@ -402,3 +437,5 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     app.router.add_get("/v1/console/discovery", discovery)
     app.router.add_get("/v1/watch", watch)
     app.router.add_get("/v1/kinds/{kind}/{name}/history", history)
+    app.router.add_get("/v1/console/events/{id}", event_at)
+    app.router.add_get("/v1/console/rendered/{kind}/{name}", rendered.route(watcher, gate, fail))  # `jetway render md/NAME`'s text

@@ -23,6 +23,7 @@ import yaml
 
 from contracts.natsauth import PASSWORD_ENV, USER_ENV
 from runtime.natsserver import NatsServer
+from tests.console.conftest import browser  # noqa: F401 (a fixture)
 from tests.kube.test_least_privilege import installed, kubeconfig_with, secured_nats, token_for  # noqa: F401 (fixtures)
 from tests.kube.test_processes import free_port
 from tests.support.cli import ROOT
@@ -122,7 +123,7 @@ async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_tok
     md = deployment_manifest(cluster, "console-made")
     path = f"{console}/v1/kinds/ModelDeployment"
 
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser, aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as signed_in, aiohttp.ClientSession() as http:
         # no credential, or one the API server does not take: 401 everywhere, the pages with the login form
         async with http.get(f"{console}/ui/") as answer:
             assert answer.status == 401 and "Kubernetes token" in await answer.text()
@@ -136,24 +137,27 @@ async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_tok
             assert "jetway_session" not in answer.cookies
 
         # the editor logs in with their token (a form post) and gets a session cookie, then applies through the console
-        async with browser.post(f"{console}/ui/login", data={"token": editor}, allow_redirects=False) as answer:
+        async with signed_in.post(f"{console}/ui/login", data={"token": editor}, allow_redirects=False) as answer:
             assert answer.status == 302 and answer.headers["Location"] == "/ui/"
-        async with browser.get(f"{console}/ui/") as answer:
+        async with signed_in.get(f"{console}/ui/") as answer:
             assert answer.status == 200
-        async with browser.post(f"{console}/v1/apply", json=md) as answer:  # a change without the console's header
+        async with signed_in.post(f"{console}/v1/apply", json=md) as answer:  # a change without the console's header
             assert answer.status == 403
         bad = {**md, "spec": {**md["spec"], "engine": {"type": "teleport"}}}
-        async with browser.post(f"{console}/v1/apply?dry-run=true", json=bad, headers=HEADER) as answer:
+        async with signed_in.post(f"{console}/v1/apply?dry-run=true", json=bad, headers=HEADER) as answer:
             refused = await json_of(answer)
             assert answer.status == 400 and refused["path"].startswith("spec.engine"), refused
-        async with browser.post(f"{console}/v1/apply?dry-run=true", json=md, headers=HEADER) as answer:
-            assert answer.status == 201 and (await json_of(answer))["dry_run"] is True
+        async with signed_in.post(f"{console}/v1/apply?dry-run=true", json=md, headers=HEADER) as answer:
+            assert answer.status == 201 and (await json_of(answer))["action"] == "would_create"
         assert await cluster.kube.get_or_none(MDV, "ModelDeployment", "console-made", namespace) is None  # dry run: nothing
-        async with browser.post(f"{console}/v1/apply", json=md, headers=HEADER) as answer:
+        async with signed_in.post(f"{console}/v1/apply", json=md, headers=HEADER) as answer:
             applied = await json_of(answer)
             assert answer.status == 201 and applied["action"] == "created", applied
         stored = await cluster.kube.get(MDV, "ModelDeployment", "console-made", namespace)
         assert any(m.get("manager") == "jetway-console" for m in stored["metadata"]["managedFields"])
+        async with signed_in.post(f"{console}/v1/apply", json=md, headers=HEADER) as answer:
+            again = await json_of(answer)
+            assert answer.status == 200 and again["action"] == "unchanged" and again["generation"] == applied["generation"], again
 
         # it reaches the console's list through the watcher and the event stream
         async def listed(token: str) -> list[str]:
@@ -185,12 +189,12 @@ async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_tok
                 assert answer.status == 403, route
 
         # the editor deletes it through the console: gone from Kubernetes, then from the console's list
-        async with browser.delete(f"{path}/console-made", params={"namespace": namespace}, headers=HEADER) as answer:
+        async with signed_in.delete(f"{path}/console-made", params={"namespace": namespace}, headers=HEADER) as answer:
             assert answer.status == 200 and (await json_of(answer))["action"] == "deleted"
         await eventually(lambda: _absent_md(cluster, "console-made"), timeout=TIMEOUT, message="console-made deleted in Kubernetes")
-        async with browser.post(f"{console}/v1/console/logout", headers=HEADER) as answer:
+        async with signed_in.post(f"{console}/v1/console/logout", headers=HEADER) as answer:
             assert answer.status == 200
-        async with browser.get(path) as answer:
+        async with signed_in.get(path) as answer:
             assert answer.status == 401  # the session is over
 
 
@@ -240,3 +244,42 @@ async def _equal(found: Any, wanted: set[str]) -> bool:
 
 async def _absent_md(cluster: Cluster, name: str) -> bool:
     return await cluster.kube.get_or_none(MDV, "ModelDeployment", name, cluster.namespace) is None
+
+
+async def test_in_a_browser_the_user_logs_in_with_a_token_and_creates_a_deployment_from_the_form(
+    installed: Cluster,  # noqa: F811
+    console: str,
+    browser: Any,  # noqa: F811
+) -> None:
+    """The same pages as `jetway up`'s, in chromium: the login form, the live list, and the create form, whose
+    deployment is created in Kubernetes as the user who logged in."""
+    from playwright.async_api import expect
+
+    cluster = installed
+    md_rules = [
+        {**MD_RULE, "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+        {"apiGroups": ["airunway.ai"], "resources": ["inferenceproviderconfigs"], "verbs": ["get", "list"]},
+    ]
+    editor = token_of(await cluster.identity("form-editor", md_rules))
+    await cluster.kube.create(deployment_manifest(cluster, "already-there"))
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        await page.goto(f"{console}/ui/")
+        await page.get_by_label("Kubernetes token").fill(editor)
+        await page.get_by_role("button", name="Log in").click()
+        await expect(page.get_by_role("cell", name="already-there")).to_be_visible(timeout=TIMEOUT * 1000)
+
+        await page.goto(f"{console}/ui/#/create")
+        await page.get_by_label("Name", exact=True).fill("from-the-form")
+        await page.get_by_label("Namespace").fill(cluster.namespace)
+        await expect(page.locator(".verdict")).to_contain_text("Valid: would create", timeout=TIMEOUT * 1000)
+        await page.get_by_role("button", name="Create").click()
+        await expect(page).to_have_url(f"{console}/ui/#/deployments/{cluster.namespace}/from-the-form", timeout=TIMEOUT * 1000)
+        stored = await cluster.kube.get(MDV, "ModelDeployment", "from-the-form", cluster.namespace)
+        assert any(m.get("manager") == "jetway-console" for m in stored["metadata"]["managedFields"])
+        assert not errors, f"the page's scripts failed: {errors}"
+    finally:
+        await context.close()
