@@ -98,7 +98,7 @@ class ResourceState:
         return min(generations) if generations else None
 
     def last_reconciled_at(self) -> datetime | None:
-        times = [e.stored_at or e.time for e in self.decisions.values()]
+        times = [e.time for e in self.decisions.values()]
         return max(times) if times else None
 
     def status(self) -> dict[str, Any]:
@@ -148,11 +148,13 @@ class Resources:
 
     def fold(self, envelope: Envelope) -> None:
         self.last_seq = max(self.last_seq, envelope.seq)
-        self.last_time = envelope.stored_at or envelope.time
+        # Times are the producer's (`time`, in the event), never the stream's `stored_at`: an event its writer folds
+        # at once has no stored_at yet, so a replay would otherwise disagree with the live state (creationTimestamp).
+        self.last_time = envelope.time
         event, key = envelope.event, envelope.key
         if envelope.facet == SPEC:
             if isinstance(event, ResourceApplied):
-                state = self.items.get(key) or ResourceState(key, created_at=envelope.stored_at or envelope.time)
+                state = self.items.get(key) or ResourceState(key, created_at=envelope.time)
                 state.generation = event.generation
                 state.spec = event.spec
                 state.labels = dict(event.labels)
@@ -160,7 +162,7 @@ class Resources:
                 state.uid = event.uid or state.uid
                 if event.created_at:
                     state.created_at = datetime.fromisoformat(event.created_at)
-                state.updated_at = envelope.stored_at or envelope.time
+                state.updated_at = envelope.time
                 state.resource_version = envelope.seq
                 state.registered = event.registered
                 self.items[key] = state

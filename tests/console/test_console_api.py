@@ -174,6 +174,10 @@ async def test_history_pages_through_events_and_replays_the_state_as_of_one(stac
     assert diff["state"]["spec"]["resources"]["gpu"]["count"] == 2 and diff["existed_since"] is True
     count = {"path": "spec.resources.gpu.count", "change": "changed", "old": 1, "new": 2}
     assert count in diff["changes"]
+    # a re-apply changes the spec, never when the resource was made: the replay agrees with the live state
+    assert {c["path"] for c in diff["changes"] if c["path"].startswith("metadata.")} == {"metadata.generation", "metadata.resourceVersion"}
+    _, live = await stack.get("/v1/kinds/md/qwen")
+    assert diff["state"]["metadata"]["creationTimestamp"] == live["metadata"]["created_at"]
     status, _ = await stack.get("/v1/kinds/md/never/history")
     assert status == 404
 
