@@ -138,17 +138,26 @@ def refused(exc: KubeRefused) -> web.Response:
     return api.error(502, f"the Kubernetes API server answered {exc.status}: {exc.message}", code="bad_gateway")
 
 
+async def pod_addresses(host: str, port: int) -> list[str]:
+    """Each pod's address once: IPv4 where there is any (a dual-stack headless Service names every pod twice,
+    once per family, which would count its figures twice), else IPv6."""
+    loop = asyncio.get_running_loop()
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            found = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
+        except OSError:
+            continue
+        if found:
+            return sorted({str(entry[4][0]) for entry in found})
+    return []
+
+
 def router_scraper(target: str, session: aiohttp.ClientSession, clock: Any = time.monotonic) -> Any:
     """A `Console.scrape`: every router pod's `/metrics` (each address `host` resolves to), added into one sample."""
     host, _, port = target.rpartition(":")
 
     async def scrape() -> figures.Sample:
-        loop = asyncio.get_running_loop()
-        try:
-            found = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-        except OSError:
-            found = []
-        addresses = sorted({str(entry[4][0]) for entry in found})
+        addresses = await pod_addresses(host, int(port))
 
         async def one(address: str) -> str:
             shown = f"[{address}]" if ":" in address else address

@@ -85,6 +85,43 @@ def test_a_cluster_sample_adds_up_the_routers_metrics_as_they_expose_them() -> N
     assert figures(None, parsed) == figures(None, direct)
 
 
+async def test_the_cluster_console_scrapes_the_routers_metrics_over_http() -> None:
+    """`router_scraper` (the console Deployment's figures): a real HTTP /metrics, as a router pod serves it."""
+    import aiohttp
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from services.console.main import pod_addresses, router_scraper
+    from services.router.metrics import RouterCollector
+
+    recorder = Recorder()
+    recorder.answered("m", "a", "chat", 200, 0.5)
+    recorder.stream("m", "a", 0.03, 4, 0.1)
+    recorder.in_flight = lambda: [("a", 1)]
+    registry = CollectorRegistry()
+    registry.register(RouterCollector(recorder))
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        assert await pod_addresses("localhost", port) == ["127.0.0.1"]  # one family: a pod is counted once
+        async with aiohttp.ClientSession() as session:
+            scraped = await router_scraper(f"127.0.0.1:{port}", session, clock=lambda: 3.0)()
+            assert scraped == sample(recorder, 3.0)
+            nobody = await router_scraper("127.0.0.1:1", session, clock=lambda: 3.0)()  # no router answering: no figures
+            assert nobody.requests == {} and figures(None, nobody)["members"] == {}
+    finally:
+        await runner.cleanup()
+
+
 def test_without_a_baseline_only_the_cumulative_counts_are_known() -> None:
     now = Sample(at=5.0, requests={("m", "a", 200): 4}, first_token={("m", "a"): (0, 4, 0, 0)}, bounds=BOUNDS)
     a = figures(None, now)["members"]["a"]
