@@ -21,6 +21,7 @@ import yaml
 from cli.config import ClientConfig
 from cli.manifests import Document, Unreadable, expand_sources, load_documents
 from cli.refs import parse_kind
+from contracts import yamlstream
 from contracts.admission import admit
 from contracts.kinds import KINDS
 
@@ -280,13 +281,8 @@ def objects(api: Api, kind: str, name: str, *, namespace: str | None, out: TextI
     info = parse_kind(kind)
     query = f"?namespace={urllib.parse.quote(namespace)}" if namespace else ""
     found = api.call("GET", f"/v1/kinds/{info.kind}/{urllib.parse.quote(name, safe='')}/objects{query}", what="read objects")
-    for owner, items in found["objects"].items():
-        print(f"# recorded by the {owner} service", file=out)
-        for item in items:
-            print("---", file=out)
-            print(yaml.safe_dump(item, sort_keys=False), end="", file=out)
-    if not found["objects"]:
-        print(f"# nothing recorded for {info.kind}/{name} yet", file=out)
+    # the text the console's deployment page shows (GET /v1/console/rendered/...), byte for byte
+    print(yamlstream.recorded(info.kind, name, found["objects"]), end="", file=out)
     return OK
 
 

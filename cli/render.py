@@ -13,9 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-import yaml
-
 from cli.manifests import Unreadable, expand_sources, load_documents
+from contracts import yamlstream
 from contracts.admission import admit
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import RenderFailed, SelectionFailed, StorageInvalid, WorkloadRendered
@@ -119,7 +118,5 @@ def run(files: list[str], provider_files: list[str], out: TextIO = sys.stdout, e
             print(f"# {verdict.obj.kind}/{verdict.obj.metadata.namespace or 'default'}/{verdict.obj.metadata.name}: {account}", file=out)
             if not uid:
                 print("# (no metadata.uid: ownerReferences are left out; the controller sets them)", file=out)
-            for obj in objects:
-                print("---", file=out)
-                print(yaml.safe_dump(obj, sort_keys=False), end="", file=out)
+            print(yamlstream.documents(objects), end="", file=out)  # as `jetway render md/NAME` prints them, byte for byte
     return 1 if failed else 0

@@ -2,6 +2,8 @@
 
 - `logins.py` one-time login codes, browser sessions and who may call what (pure decisions);
 - `timeline.py` a resource's events as the timeline shows them, and its state as of any of them;
+- `events.py` where an event lives, by its id (a bounded index the watcher feeds as it folds, then a bounded scan):
+  the timeline's causation and correlation links, followed to another resource's timeline;
 - `figures.py` the pool members page's router figures (rates, error rate, TTFT quantiles) from the router's counters;
 - `web.py` the console's routes on the apply API's aiohttp app: the static pages, the login link,
   the live watch (Server-Sent Events), the history and the playground's chat, relayed to the router;

@@ -266,6 +266,9 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             return fail(502, f"the router at {base} did not answer: {type(exc).__name__}", code="bad_gateway")
 
     async def router_figures(request: web.Request) -> web.Response:
+        members = KINDS["InferencePoolMember"]
+        if not await gate.may(request[CALLER], "list", members, None):  # figures name members of every namespace
+            return fail(403, f"the router's figures need the right to list {members.plural} in every namespace", code="forbidden")
         if console.scrape is not None:  # a cluster: the router pods' /metrics
             now = await console.scrape()
         else:

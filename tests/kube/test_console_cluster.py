@@ -184,6 +184,8 @@ async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_tok
         # someone who may not read ModelDeployments sees none, and is refused one by name
         nobody_headers = {"Authorization": f"Bearer {nobody}"}
         assert await listed(nobody) == []
+        async with http.get(f"{console}/v1/console/router-figures", headers=nobody_headers) as answer:
+            assert answer.status == 403  # they name members of every namespace
         for route in (f"{path}/console-made", f"{path}/console-made/history", f"{path}/console-made/objects"):
             async with http.get(route, params={"namespace": namespace}, headers=nobody_headers) as answer:
                 assert answer.status == 403, route

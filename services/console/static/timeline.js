@@ -1,11 +1,18 @@
 // Timeline: every event about one resource in stream order, its state as of any of them (`jetway replay --until`), and
 // what changed between two of them (the API's `?since=A&until=B`: the diff is computed by services/console/timeline.py).
+// `#/timeline/KIND/NS/NAME?event=ID&seq=SEQ` opens it at one event (pages are loaded until it is there): where a
+// causation or correlation link leads when its event is another resource's (`GET /v1/console/events/ID`).
 import { call, h, toYaml } from "./api.js";
 
 const enc = encodeURIComponent;
 const OVERSCAN = 20; // rows painted above and below the visible ones
 
-export async function page(main, kind, namespace, name) {
+export async function page(main, kind, namespace, named) {
+  // The event to open at rides after the name (a name has no "?": the links here encode one); app.js passes it along.
+  const [name, query = ""] = named.split("?");
+  const target = new URLSearchParams(query);
+  const wanted = target.get("event");
+  const wantedSeq = Number(target.get("seq")) || undefined;
   const base = `/v1/kinds/${enc(kind)}/${enc(name)}/history`;
   const scope = namespace ? `namespace=${enc(namespace)}&` : "";
   const events = [];
@@ -16,6 +23,7 @@ export async function page(main, kind, namespace, name) {
   const more = h("button", { type: "button", class: "quiet", hidden: true }, "Load more");
   const state = h("pre", { class: "code", id: "state", "aria-live": "polite", "aria-label": "State as of the chosen event" });
   const problem = h("p", { class: "error", role: "alert", hidden: true });
+  const followed = h("p", { class: "note", id: "followed", role: "status" }); // where a followed link led
   // The diff: "Compare from this event" pins point A; the slider is point B; the changes from A to B are listed.
   const compare = h("button", { type: "button", class: "quiet", id: "compare" }, "Compare from this event");
   const stop = h("button", { type: "button", class: "quiet", hidden: true }, "Stop comparing");
@@ -37,6 +45,7 @@ export async function page(main, kind, namespace, name) {
   );
   let pinned = -1; // the index of point A, the event compared from; -1 when not comparing
   let nextAfter = null;
+  let here = null; // this history's resource as the API names it ({kind, namespace, name}), from its first page
   const byId = new Map(); // event id → its index in `events`: a causation link is found without a scan
   const facets = new Set();
   let chosen = -1; // the index of the event the slider is on
@@ -55,6 +64,7 @@ export async function page(main, kind, namespace, name) {
   main.append(
     h("div", { class: "bar" }, h("h1", {}, `Timeline: ${kind}/${name}`), h("a", { class: "button quiet", href: back }, "Back")),
     problem,
+    followed,
     h("div", { class: "slider" }, label, slider, h("div", { class: "bar" }, compare, comparing, stop)),
     h(
       "div",
@@ -70,16 +80,67 @@ export async function page(main, kind, namespace, name) {
     ),
   );
 
-  // A link to another event of this history moves the slider there; one outside it shows its id.
-  function link(id) {
+  // A link to another event of this history moves the slider there and the keyboard to its row. Any other id (an
+  // event of another resource, or of a page not loaded yet) is asked where it lives, then followed there.
+  function link(id, from) {
     if (!id) return "—";
     const index = byId.get(id) ?? -1;
-    if (index < 0) return h("code", { title: id }, `${id.slice(0, 8)}…`);
-    const follow = (event) => {
-      event.stopPropagation(); // not also a click on the row around it
-      select(index, true);
+    if (index >= 0) {
+      const go = (event) => {
+        event.stopPropagation(); // not also a click on the row around it
+        reach(index);
+      };
+      return h("button", { type: "button", class: "link", title: id, onclick: go }, `#${events[index].seq}`);
+    }
+    const find = (event) => {
+      event.stopPropagation();
+      follow(id, from.seq);
     };
-    return h("button", { type: "button", class: "link", title: id, onclick: follow }, `#${events[index].seq}`);
+    return h("button", { type: "button", class: "link", title: `${id}: find this event`, onclick: find }, `${id.slice(0, 8)}…`);
+  }
+  // The event's row: chosen (the slider on it), in view, and focused.
+  function reach(index) {
+    if (!shown.includes(index)) {
+      facet.value = ""; // the facet filter hid it: every facet again
+      filter();
+    }
+    const done = select(index, true); // its row is painted before the state is asked for
+    body.querySelector(`tr[data-seq="${events[index].seq}"]`)?.focus();
+    return done;
+  }
+  // Load pages until the event `id` is there (or the history ends, or passes `seq`), then go to it.
+  async function open(id, seq) {
+    while (!byId.has(id) && nextAfter !== null && !(seq !== undefined && events.length && events[events.length - 1].seq >= seq)) {
+      if (!(await load())) return false;
+    }
+    const index = byId.get(id);
+    if (index === undefined) {
+      const at = seq === undefined ? "" : ` (seq ${seq})`;
+      Object.assign(problem, { hidden: false, textContent: `Event ${id}${at} is not in this timeline (no longer stored, or not this resource's).` });
+      return false;
+    }
+    const e = events[index];
+    followed.textContent = `Event ${id.slice(0, 8)}… is seq ${e.seq} here: ${e.type}${e.facet ? ` (${e.facet} by ${e.producer})` : ""}.`;
+    await reach(index);
+    return true;
+  }
+  // An id not loaded here: where does it live? This history (a later page) or another resource's timeline.
+  async function follow(id, before) {
+    problem.hidden = true;
+    followed.textContent = `Looking for event ${id.slice(0, 8)}…`;
+    const answer = await call(`/v1/console/events/${enc(id)}${before ? `?before=${before}` : ""}`);
+    if (!answer.ok) {
+      followed.textContent = "";
+      Object.assign(problem, { hidden: false, textContent: `Event ${id}: ${answer.data.error}` });
+      return;
+    }
+    const where = answer.data;
+    const same = here && where.kind === here.kind && (where.namespace || "") === here.namespace && where.name === here.name;
+    if (same) {
+      await open(id, where.seq);
+      return;
+    }
+    location.hash = `#/timeline/${enc(where.kind)}/${enc(where.namespace || "")}/${enc(where.name)}?event=${enc(id)}&seq=${where.seq}`;
   }
   // Only the rows in view are in the DOM (and a margin of OVERSCAN each side): 10,000 events scroll like 60.
   // Every row has the same height (one line each, cut with an ellipsis; the whole text on hover), so the
@@ -93,13 +154,15 @@ export async function page(main, kind, namespace, name) {
         "data-seq": e.seq,
         "data-facet": e.facet || "",
         class: [index === chosen && "current", index === pinned && "pinned"].filter(Boolean).join(" ") || undefined,
+        "aria-current": index === chosen ? "true" : undefined,
+        tabindex: -1, // focused when a link leads to it (not a Tab stop of its own)
         title: index === pinned ? "A: compared from here" : undefined,
         onclick: () => select(index, false),
       },
       [e.seq, e.facet ? `${e.facet} by ${e.producer}` : "", e.type].map((v) => h("td", {}, v)),
       h("td", { title: summary }, summary),
-      h("td", {}, link(e.causation_id)),
-      h("td", {}, link(e.correlation_id)),
+      h("td", {}, link(e.causation_id, e)),
+      h("td", {}, link(e.correlation_id, e)),
     );
   }
   function paint(force = false) {
@@ -108,7 +171,10 @@ export async function page(main, kind, namespace, name) {
     const bottom = Math.min(shown.length, Math.ceil((box.scrollTop + box.clientHeight) / height) + OVERSCAN);
     if (!force && painted[0] === top && painted[1] === bottom) return;
     painted = [top, bottom];
+    // the keyboard's place survives the rows being rebuilt: on the same event's row when it is still painted
+    const focused = body.contains(document.activeElement) ? document.activeElement.closest("tr")?.dataset.seq : undefined;
     body.replaceChildren(...shown.slice(top, bottom).map(rowFor));
+    if (focused !== undefined) body.querySelector(`tr[data-seq="${focused}"]`)?.focus({ preventScroll: true });
     table.style.marginTop = `${top * height}px`;
     table.style.marginBottom = `${(shown.length - bottom) * height}px`;
     if (!rowHeight && body.firstElementChild) {
@@ -201,23 +267,26 @@ export async function page(main, kind, namespace, name) {
     if (a && answer.ok) showChanges(answer.data, a, event);
     else if (a) changesNote.textContent = answer.data.error;
   }
-  // The first page selects its last event; a later page keeps the slider where the user left it.
+  // The first page selects its last event (unless an event was asked for); a later page keeps the slider where it was.
+  // It answers whether a page came.
   let loading = null;
   async function fetchPage() {
     const after = nextAfter === null ? "" : `after=${nextAfter}&`;
     const answer = await call(`${base}?${scope}${after}limit=200`);
     if (!answer.ok) {
       Object.assign(problem, { hidden: false, textContent: answer.data.error });
-      return;
+      return false;
     }
+    here ??= { kind: answer.data.kind, namespace: answer.data.namespace || "", name: answer.data.name };
     const from = events.length;
     events.push(...answer.data.events);
     nextAfter = answer.data.next_after;
     more.hidden = nextAfter === null;
     slider.max = String(Math.max(0, events.length - 1));
     append(from);
-    if (from === 0) await select(events.length - 1, false);
+    if (from === 0 && !wanted) await select(events.length - 1, false);
     else label.textContent = label.textContent.replace(/ of \d+:/, ` of ${events.length}:`);
+    return true;
   }
   function load() {
     loading ??= fetchPage().finally(() => {
@@ -239,5 +308,6 @@ export async function page(main, kind, namespace, name) {
     }
     if (nextAfter !== null && box.scrollTop + box.clientHeight > box.scrollHeight - 400) load();
   });
-  await load();
+  const first = await load();
+  if (first && wanted && !(await open(wanted, wantedSeq)) && events.length) await select(events.length - 1, false);
 }
