@@ -1,5 +1,6 @@
 // Deployments: the live table, a deployment's detail (conditions, rendered objects, delete) and the create form.
-import { age, call, h, toYaml } from "./api.js";
+import { LoggedOut, age, call, h, request, toYaml } from "./api.js";
+import { connection, watch } from "./live.js";
 
 const KIND = "ModelDeployment";
 const COLUMNS = ["Name", "Namespace", "Phase", "Provider", "Engine", "Replicas", "Endpoint", "Age"];
@@ -122,17 +123,30 @@ export function list(main) {
   };
 }
 
+// The storage volumes of a deployment, one line each (the stored spec has its defaults: mount path, claim name).
+function volumeLine(v) {
+  const claim = v.size
+    ? [`${v.size}, claim ${v.claimName || "—"}`, v.storageClassName !== undefined && `class ${JSON.stringify(v.storageClassName)}`, v.accessMode]
+    : [`existing claim ${v.claimName || "—"}`];
+  return [`${v.name}: ${v.purpose || "custom"}`, ...claim, `at ${v.mountPath || "—"}`, v.readOnly && "read-only"].filter(Boolean).join(", ");
+}
+
+function volumesOf(spec) {
+  const volumes = spec?.model?.storage?.volumes || [];
+  if (!volumes.length) return "—";
+  return h("ul", { class: "plain" }, volumes.map((v) => h("li", { "data-volume": v.name }, volumeLine(v))));
+}
+
+// A deployment's page, live: the phase, facts and conditions follow the watch (GET /v1/watch, this one deployment), and the
+// rendered objects are fetched again on each change, as the text `jetway render md/NAME` prints (byte for byte).
 export async function detail(main, namespace, name) {
   const query = `?namespace=${enc(namespace)}`;
   const path = `/v1/kinds/${KIND}/${enc(name)}`;
-  const [found, objects] = await Promise.all([call(path + query), call(`${path}/objects${query}`)]);
+  const found = await call(path + query);
   if (!found.ok) {
     main.append(h("h1", {}, name), h("p", { class: "error", role: "alert" }, found.data.error));
-    return;
+    return null;
   }
-  const item = found.data;
-  const status = item.status || {};
-  const conditions = status.conditions || [];
   const dialog = h(
     "dialog",
     { "aria-labelledby": "confirm-title" },
@@ -152,29 +166,25 @@ export async function detail(main, namespace, name) {
     if (deleted.ok) location.hash = "#/deployments";
     else Object.assign(problem, { hidden: false, textContent: deleted.data.error });
   });
-  const rendered = Object.entries(objects.ok ? objects.data.objects : {});
-  main.append(
+  const badge = h("span", { id: "detail-phase" });
+  const live = h("p", { class: "live", role: "status" }, "Connecting…");
+  const facts = h("dl", { class: "facts" });
+  const conditionRows = h("tbody");
+  const command = `jetway render md/${name} -n ${namespace}`;
+  const rendered = h("pre", { class: "code", id: "rendered", "aria-label": "Rendered objects (YAML)" });
+  const root = h(
+    "div",
+    { class: "detail" },
     h(
       "div",
       { class: "bar" },
-      h("h1", {}, name, " ", phaseBadge(status.phase)),
+      h("h1", {}, name, " ", badge),
       h("a", { class: "button", href: `#/timeline/${KIND}/${enc(namespace)}/${enc(name)}` }, "Timeline"),
       h("button", { type: "button", class: "danger", onclick: () => dialog.showModal() }, "Delete…"),
     ),
+    live,
     problem,
-    h(
-      "dl",
-      { class: "facts" },
-      ...[
-        ["Namespace", namespace],
-        ["Model", item.spec?.model?.id || "—"],
-        ["Provider", status.provider?.name || item.spec?.provider?.name || "auto"],
-        ["Engine", status.engine?.type || item.spec?.engine?.type || "auto"],
-        ["Endpoint", endpointOf(status)],
-        ["Generation", `${item.metadata.generation} (observed ${item.metadata.observed_generation ?? "—"})`],
-        ["Message", status.message || "—"],
-      ].flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
-    ),
+    facts,
     h("h2", {}, "Conditions"),
     h(
       "div",
@@ -183,24 +193,98 @@ export async function detail(main, namespace, name) {
         "table",
         { class: "grid", "aria-label": "Conditions" },
         h("thead", {}, h("tr", {}, ["Type", "Status", "Reason", "Message", "Since"].map((c) => h("th", { scope: "col" }, c)))),
-        h(
-          "tbody",
-          {},
-          conditions.map((c) =>
-            h("tr", {}, [c.type, c.status, c.reason || "", c.message || "", age(c.lastTransitionTime)].map((v) => h("td", {}, v))),
-          ),
-        ),
+        conditionRows,
       ),
     ),
     h("h2", {}, "Rendered objects"),
-    rendered.length
-      ? rendered.map(([owner, items]) => [
-          h("h3", {}, `Recorded by the ${owner} service`),
-          h("pre", { class: "code" }, items.map((o) => `---\n${toYaml(o)}`).join("\n")),
-        ])
-      : h("p", {}, "Nothing rendered yet."),
+    h("p", { class: "note" }, "The objects Jetway's services recorded for it, as ", h("code", {}, command), " prints them."),
+    rendered,
     dialog,
   );
+  main.append(root);
+
+  let shown = "";
+  function show(item) {
+    const signature = JSON.stringify(item);
+    if (signature === shown) return;
+    shown = signature;
+    const status = item.status || {};
+    badge.replaceChildren(phaseBadge(status.phase));
+    facts.replaceChildren(
+      ...[
+        ["Namespace", namespace],
+        ["Model", item.spec?.model?.id || "—"],
+        ["Provider", status.provider?.name || item.spec?.provider?.name || "auto"],
+        ["Engine", status.engine?.type || item.spec?.engine?.type || "auto"],
+        ["Endpoint", endpointOf(status)],
+        ["Storage", volumesOf(item.spec)],
+        ["Generation", `${item.metadata.generation} (observed ${item.metadata.observed_generation ?? "—"})`],
+        ["Message", status.message || "—"],
+      ].flatMap(([term, value]) => [h("dt", {}, term), h("dd", { "data-fact": term }, value)]),
+    );
+    conditionRows.replaceChildren(
+      ...(status.conditions || []).map((c) =>
+        h("tr", { "data-type": c.type }, [c.type, c.status, c.reason || "", c.message || "", age(c.lastTransitionTime)].map((v) => h("td", {}, v))),
+      ),
+    );
+  }
+
+  // The rendered objects: the server's text as it is (GET /v1/console/rendered/...), fetched again after a change;
+  // one request at a time, and one more if something changed meanwhile.
+  let fetching = false;
+  let again = false;
+  async function loadRendered() {
+    if (fetching) {
+      again = true;
+      return;
+    }
+    fetching = true;
+    try {
+      do {
+        again = false;
+        const response = await request(`/v1/console/rendered/${KIND}/${enc(name)}${query}`);
+        const text = response.ok ? await response.text() : ((await response.json().catch(() => null))?.error ?? `${response.status} ${response.statusText}`);
+        if (rendered.textContent !== text) rendered.textContent = text;
+      } while (again && root.isConnected);
+    } catch (error) {
+      if (!(error instanceof LoggedOut)) throw error;
+    } finally {
+      fetching = false;
+    }
+  }
+
+  show(found.data);
+  loadRendered();
+  const liveText = "Live: updated as it changes";
+  let gone = false;
+  const markDeleted = () => {
+    gone = true;
+    live.textContent = "Deleted: this deployment no longer exists.";
+  };
+  return watch(KIND, {
+    root,
+    namespace,
+    name,
+    snapshot(items) {
+      const item = items.find((i) => i.metadata.name === name);
+      if (item) show(item);
+      else markDeleted();
+      loadRendered();
+    },
+    changed(item) {
+      if (item.metadata.name !== name) return;
+      gone = false;
+      live.textContent = liveText;
+      show(item);
+      loadRendered();
+    },
+    deleted(which) {
+      if (which.name === name) markDeleted();
+    },
+    status(state) {
+      if (!gone) live.textContent = connection(state, liveText);
+    },
+  });
 }
 
 // --- the create form -------------------------------------------------------------------------
@@ -222,8 +306,45 @@ function numberOrText(text) {
   return /^-?\d+$/.test(text.trim()) ? Number(text.trim()) : text;
 }
 
-function manifestOf(values) {
+// --- storage volumes (spec.model.storage.volumes: contracts/modeldeployment.py StorageVolume) ---
+
+const PURPOSES = ["modelCache", "compilationCache", "custom"];
+const ACCESS_MODES = ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"];
+const NO_CLASS = '""'; // typed in the storage class field: storageClassName "" (no dynamic provisioning)
+// Each field of a volume with its key in the manifest: the API names spec.model.storage.volumes[i].<key> in its errors.
+const VOLUME_FIELDS = [
+  { key: "name", label: "Volume name", hint: "A DNS label, unique in the deployment" },
+  { key: "purpose", label: "Purpose", choices: PURPOSES, hint: "At most one model cache and one compilation cache" },
+  { key: "size", label: "Size", hint: "e.g. 100Gi: Jetway creates the PVC. Empty: mount an existing claim" },
+  { key: "storageClassName", label: "Storage class", hint: `Only with a size. Empty: the cluster's default; ${NO_CLASS}: no dynamic provisioning` },
+  { key: "accessMode", label: "Access mode", choices: ["default", ...ACCESS_MODES], hint: "Only with a size; default ReadWriteMany" },
+  { key: "mountPath", label: "Mount path", hint: "Empty: /model-cache or /compilation-cache; required for custom" },
+  { key: "claimName", label: "Existing claim", hint: "A PVC in the namespace, when no size is set" },
+  { key: "readOnly", label: "Read only", checkbox: true },
+];
+
+// A volume as the manifest has it: what was left empty (or at its default) is left out, the rest sent as typed.
+function volumeOf(values) {
+  const volume = { name: values.name, purpose: values.purpose };
+  if (values.size.trim() !== "") volume.size = values.size;
+  if (values.storageClassName.trim() === NO_CLASS) volume.storageClassName = "";
+  else if (values.storageClassName.trim() !== "") volume.storageClassName = values.storageClassName;
+  if (values.accessMode !== "default") volume.accessMode = values.accessMode;
+  if (values.mountPath.trim() !== "") volume.mountPath = values.mountPath;
+  if (values.claimName.trim() !== "") volume.claimName = values.claimName;
+  if (values.readOnly) volume.readOnly = true;
+  return volume;
+}
+
+// The volume an error path is about, and its field: ["spec.model.storage.volumes[1].size"] → {index: 1, key: "size"}.
+function volumePath(path) {
+  const found = /^spec\.model\.storage\.volumes\[(\d+)\](?:\.([A-Za-z]+))?/.exec(path);
+  return found ? { index: Number(found[1]), key: found[2] } : null;
+}
+
+function manifestOf(values, volumes = []) {
   const spec = { model: { id: values.model } };
+  if (volumes.length) spec.model.storage = { volumes: volumes.map(volumeOf) };
   const engine = {};
   if (values.engine !== "auto") engine.type = values.engine;
   if (values.context.trim() !== "") engine.contextLength = numberOrText(values.context);
@@ -256,7 +377,79 @@ export async function create(main) {
     errors[field.id] = h("p", { class: "field-error", id: `${id}-error`, "data-field": field.id });
     form.append(h("div", { class: "field" }, h("label", { for: id }, field.label), control, field.hint ? h("small", {}, field.hint) : null, errors[field.id]));
   }
-  const general = h("ul", { class: "errors", role: "alert" });
+  // Storage: each volume a group of fields (a fieldset), added and removed with buttons.
+  const volumes = []; // {values(), controls: {key: control}, errors: {key: slot}, general, group, legend, remove}
+  const storageError = h("p", { class: "field-error", id: "storage-error", "data-field": "storage" });
+  const volumeList = h("div", { class: "volumes" });
+  const addVolume = h("button", { type: "button", class: "quiet", id: "add-volume" }, "Add volume");
+  let made = 0;
+  function renumber() {
+    volumes.forEach((volume, index) => {
+      volume.legend.textContent = `Volume ${index + 1}`;
+      volume.remove.setAttribute("aria-label", `Remove volume ${index + 1}`);
+      volume.group.dataset.index = String(index);
+    });
+  }
+  function newVolume() {
+    const n = ++made;
+    const cache = !volumes.some((v) => v.controls.purpose.value === "modelCache");
+    const initial = cache ? { name: "model-cache", purpose: "modelCache", size: "100Gi" } : { name: `data-${n}`, purpose: "custom", size: "10Gi", mountPath: `/data-${n}` };
+    const controls = {};
+    const errors = {};
+    const legend = h("legend");
+    const group = h("fieldset", { class: "form volume" }, legend);
+    for (const field of VOLUME_FIELDS) {
+      const id = `volume-${n}-${field.key}`;
+      let control;
+      if (field.choices) control = h("select", { id, name: id }, field.choices.map((c) => h("option", { value: c }, c)));
+      else if (field.checkbox) control = h("input", { id, name: id, type: "checkbox" });
+      else control = h("input", { id, name: id, value: initial[field.key] || "", autocomplete: "off" });
+      if (field.choices && initial[field.key]) control.value = initial[field.key];
+      control.setAttribute("aria-describedby", `${id}-error`);
+      controls[field.key] = control;
+      errors[field.key] = h("p", { class: "field-error", id: `${id}-error`, "data-volume-field": field.key });
+      group.append(
+        h("div", { class: "field" }, h("label", { for: id }, field.label), control, field.hint ? h("small", {}, field.hint) : null, errors[field.key]),
+      );
+    }
+    const general = h("p", { class: "field-error", "data-volume-field": "" });
+    const remove = h("button", { type: "button", class: "quiet" }, "Remove");
+    group.append(general, h("div", { class: "actions" }, remove));
+    const volume = {
+      controls,
+      errors,
+      general,
+      group,
+      legend,
+      remove,
+      values: () => Object.fromEntries(Object.entries(controls).map(([key, c]) => [key, c.type === "checkbox" ? c.checked : c.value])),
+    };
+    remove.addEventListener("click", () => {
+      volumes.splice(volumes.indexOf(volume), 1);
+      group.remove();
+      renumber();
+      changed();
+      addVolume.focus();
+    });
+    volumes.push(volume);
+    volumeList.append(group);
+    renumber();
+    changed();
+    controls.name.focus();
+  }
+  addVolume.addEventListener("click", newVolume);
+  form.append(
+    h(
+      "section",
+      { class: "field wide", "aria-labelledby": "storage-title" },
+      h("h2", { id: "storage-title" }, "Storage volumes"),
+      h("small", {}, "A model cache keeps the downloaded weights across restarts (Jetway downloads them into it first)."),
+      storageError,
+      volumeList,
+      h("div", {}, addVolume),
+    ),
+  );
+  const general = h("ul", { class: "errors", "aria-live": "polite" });
   const verdict = h("p", { class: "verdict", role: "status" });
   const format = h("select", { id: "preview-format", "aria-label": "Preview format" }, h("option", { value: "yaml" }, "YAML"), h("option", { value: "json" }, "JSON"));
   const preview = h("pre", { class: "code", id: "preview", "aria-label": "Manifest preview" });
@@ -269,24 +462,36 @@ export async function create(main) {
 
   const values = () => Object.fromEntries(Object.entries(inputs).map(([id, control]) => [id, control.value]));
   function showPreview() {
-    const manifest = manifestOf(values());
+    const manifest = manifestOf(values(), volumes.map((v) => v.values()));
     preview.textContent = format.value === "json" ? JSON.stringify(manifest, null, 2) : toYaml(manifest);
     return manifest;
   }
+  // Each error under the field its path names: a volume's field, the volume, the storage section, a field of the form.
   function showProblems(problems) {
-    for (const [id, slot] of Object.entries(errors)) {
+    const slots = [
+      ...Object.entries(errors).map(([id, slot]) => [slot, inputs[id]]),
+      ...volumes.flatMap((v) => [...Object.entries(v.errors).map(([key, slot]) => [slot, v.controls[key]]), [v.general, null]]),
+      [storageError, null],
+    ];
+    for (const [slot, control] of slots) {
       slot.textContent = "";
-      inputs[id].removeAttribute("aria-invalid");
+      control?.removeAttribute("aria-invalid");
     }
     general.replaceChildren();
+    const say = (slot, control, message) => {
+      slot.textContent = slot.textContent ? `${slot.textContent}; ${message}` : message;
+      control?.setAttribute("aria-invalid", "true");
+    };
     for (const problem of problems) {
-      const field = fieldFor(problem.path || "");
-      if (field) {
-        errors[field.id].textContent = errors[field.id].textContent ? `${errors[field.id].textContent}; ${problem.message}` : problem.message;
-        inputs[field.id].setAttribute("aria-invalid", "true");
-      } else {
-        general.append(h("li", {}, problem.path ? `${problem.path}: ${problem.message}` : problem.message));
-      }
+      const path = problem.path || "";
+      const inVolume = volumePath(path);
+      const volume = inVolume && volumes[inVolume.index];
+      const field = fieldFor(path);
+      if (volume && inVolume.key in volume.errors) say(volume.errors[inVolume.key], volume.controls[inVolume.key], problem.message);
+      else if (volume) say(volume.general, null, `${path}: ${problem.message}`);
+      else if (path.startsWith("spec.model.storage")) say(storageError, null, `${path}: ${problem.message}`);
+      else if (field) say(errors[field.id], inputs[field.id], problem.message);
+      else general.append(h("li", {}, path ? `${path}: ${problem.message}` : problem.message));
     }
   }
   // The same rules as `jetway validate`, and those that need the store (update rules, the named provider): a dry run.
@@ -301,11 +506,12 @@ export async function create(main) {
     return answer.ok;
   }
   let pause = null;
-  form.addEventListener("input", () => {
+  function changed() {
     showPreview();
     clearTimeout(pause);
     pause = setTimeout(check, 250);
-  });
+  }
+  form.addEventListener("input", changed);
   format.addEventListener("change", showPreview);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -1,5 +1,6 @@
 // Providers: every InferenceProviderConfig with its readiness, engines, selection rules, install steps and health checks.
 import { age, call, h } from "./api.js";
+import { Rows, connection, part, watch } from "./live.js";
 
 const KIND = "InferenceProviderConfig";
 const INSTALLATION = "airunway.ai/installation";
@@ -83,88 +84,163 @@ export function table(label, columns, rows) {
 
 const yesNo = (value) => (value ? "yes" : "no");
 
-export async function list(main) {
-  const found = await call(`/v1/kinds/${KIND}`);
-  main.append(h("h1", {}, "Providers"));
-  if (!found.ok) {
-    main.append(h("p", { class: "error", role: "alert" }, found.data.error));
-    return;
-  }
-  const items = found.data.items;
-  main.append(
-    h("p", { class: "live" }, `${items.length} InferenceProviderConfig${items.length === 1 ? "" : "s"}. Open one for its engines, rules, install steps and health checks.`),
-    table(
-      "InferenceProviderConfigs",
-      ["Name", "Display name", "Ready", "Selection rules", "Engines", "Version", "Heartbeat"],
-      items.map((item) => {
-        const engines = item.spec?.capabilities?.engines || [];
-        return h(
-          "tr",
-          { "data-name": item.metadata.name },
-          [
-            h("a", { href: `#/providers/${enc(item.metadata.name)}` }, item.metadata.name),
-            item.metadata.annotations?.[DISPLAY_NAME] || "—",
-            badge(item.status?.ready, "Ready", "Not ready"),
-            conditionBadge(condition(item, "SelectionRulesValid")),
-            engines.map((e) => e.name).join(", ") || "—",
-            item.status?.version || "—",
-            item.status?.lastHeartbeat ? age(item.status.lastHeartbeat) : "—",
-          ].map((c) => h("td", {}, c)),
-        );
-      }),
-    ),
+const COLUMNS = ["Name", "Display name", "Ready", "Selection rules", "Engines", "Version", "Heartbeat"];
+
+function providerRow(item) {
+  const engines = item.spec?.capabilities?.engines || [];
+  return h(
+    "tr",
+    { "data-name": item.metadata.name },
+    [
+      h("a", { href: `#/providers/${enc(item.metadata.name)}` }, item.metadata.name),
+      item.metadata.annotations?.[DISPLAY_NAME] || "—",
+      badge(item.status?.ready, "Ready", "Not ready"),
+      conditionBadge(condition(item, "SelectionRulesValid")),
+      engines.map((e) => e.name).join(", ") || "—",
+      item.status?.version || "—",
+      item.status?.lastHeartbeat ? age(item.status.lastHeartbeat) : "—",
+    ].map((c) => h("td", {}, c)),
   );
-  if (!items.length) main.append(h("p", { class: "empty" }, "No provider has registered yet."));
 }
 
+// Every provider, live: the watch (GET /v1/watch?kind=InferenceProviderConfig) brings each change, no reload.
+export function list(main) {
+  const live = h("p", { class: "live", role: "status" }, "Connecting…");
+  const empty = h("p", { class: "empty", hidden: true }, "No provider has registered yet.");
+  const box = table("InferenceProviderConfigs", COLUMNS, []);
+  const rows = new Rows(box.querySelector("tbody"), providerRow);
+  const root = h("div", {}, h("h1", {}, "Providers"), live, box, empty);
+  main.append(root);
+  let state = "live";
+  function counted() {
+    empty.hidden = rows.size > 0;
+    const text = `Live: ${rows.size} InferenceProviderConfig${rows.size === 1 ? "" : "s"}, updated as they change. Open one for its engines, rules, install steps and health checks.`;
+    live.textContent = connection(state, text);
+  }
+  return watch(KIND, {
+    root,
+    snapshot(items) {
+      rows.replaceAll(items);
+      counted();
+    },
+    changed(item) {
+      rows.upsert(item);
+      counted();
+    },
+    deleted(gone) {
+      rows.remove(gone.namespace, gone.name);
+      counted();
+    },
+    status(now) {
+      state = now;
+      counted();
+    },
+  });
+}
+
+// One provider, live: each part of the page is rebuilt when what it shows changed (a status report changes the
+// readiness, version, heartbeat and conditions; the install steps, and the focus on their Copy buttons, stay put).
 export async function detail(main, name) {
   const [found, discovery] = await Promise.all([call(`/v1/kinds/${KIND}/${enc(name)}`), call("/v1/console/discovery")]);
   main.append(h("p", {}, h("a", { href: "#/providers" }, "← Providers")));
   if (!found.ok) {
     main.append(h("h1", {}, name), h("p", { class: "error", role: "alert" }, found.data.error));
-    return;
+    return null;
   }
-  const item = found.data;
-  const annotations = item.metadata.annotations || {};
-  const rules = item.status && condition(item, "SelectionRulesValid");
-  const docs = annotations[DOCUMENTATION];
-  main.append(
-    h(
-      "div",
-      { class: "bar" },
-      h("h1", {}, annotations[DISPLAY_NAME] || name, " ", badge(item.status?.ready, "Ready", "Not ready")),
-      h("a", { class: "button quiet", href: `#/timeline/${KIND}//${enc(name)}` }, "Timeline"),
-    ),
-    h("p", { hidden: !annotations[DESCRIPTION] }, annotations[DESCRIPTION] || ""),
-    h(
-      "dl",
-      { class: "facts" },
-      ...[
-        ["Name", name],
-        ["Version", item.status?.version || "—"],
-        ["Heartbeat", item.status?.lastHeartbeat ? `${age(item.status.lastHeartbeat)} ago` : "—"],
-        ["Upstream CRD", item.status?.upstreamCRDVersion || "—"],
-        ["Documentation", docs ? h("a", { href: docs, rel: "noreferrer" }, docs) : "—"],
-        ["Selection rules", rules ? h("span", { "data-condition": "SelectionRulesValid" }, conditionBadge(rules), " ", rules.message || "") : "not checked yet"],
-      ].flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
-    ),
+  const discovered = discovery.ok ? discovery.data : null;
+  const heading = part("h1");
+  const description = part("p");
+  const facts = part("dl", { class: "facts" });
+  const engineList = part();
+  const rules = part();
+  const steps = part();
+  const checks = part();
+  const conditions = part();
+  const live = h("p", { class: "live", role: "status" }, "Connecting…");
+  const root = h(
+    "div",
+    {},
+    h("div", { class: "bar" }, heading.node, h("a", { class: "button quiet", href: `#/timeline/${KIND}//${enc(name)}` }, "Timeline")),
+    live,
+    description.node,
+    facts.node,
     h("h2", {}, "Engines"),
-    engines(item),
+    engineList.node,
     h("h2", {}, "Selection rules"),
-    selectionRules(item),
+    rules.node,
     h("h2", {}, "Install"),
-    install(item),
+    steps.node,
     h("h2", {}, "Health checks"),
-    health(item, discovery.ok ? discovery.data : null),
+    checks.node,
     h("h2", {}, "Conditions"),
-    table(
-      "Conditions",
-      ["Type", "Status", "Reason", "Message", "Since"],
-      (item.status?.conditions || []).map((c) =>
-        h("tr", {}, [c.type, c.status, c.reason || "", c.message || "", age(c.lastTransitionTime)].map((v) => h("td", {}, v))),
-      ),
-    ),
+    conditions.node,
   );
+  main.append(root);
+
+  function show(item) {
+    const annotations = item.metadata.annotations || {};
+    const status = item.status || {};
+    const sig = (...parts) => JSON.stringify(parts);
+    heading.update(sig(annotations[DISPLAY_NAME], status.ready), () => [annotations[DISPLAY_NAME] || name, " ", badge(status.ready, "Ready", "Not ready")]);
+    description.node.hidden = !annotations[DESCRIPTION];
+    description.update(sig(annotations[DESCRIPTION]), () => annotations[DESCRIPTION] || "");
+    const docs = annotations[DOCUMENTATION];
+    const selection = item.status && condition(item, "SelectionRulesValid");
+    facts.update(sig(status.version, status.lastHeartbeat, status.upstreamCRDVersion, docs, selection), () =>
+      [
+        ["Name", name],
+        ["Version", status.version || "—"],
+        ["Heartbeat", status.lastHeartbeat ? `${age(status.lastHeartbeat)} ago` : "—"],
+        ["Upstream CRD", status.upstreamCRDVersion || "—"],
+        ["Documentation", docs ? h("a", { href: docs, rel: "noreferrer" }, docs) : "—"],
+        [
+          "Selection rules",
+          selection ? h("span", { "data-condition": "SelectionRulesValid" }, conditionBadge(selection), " ", selection.message || "") : "not checked yet",
+        ],
+      ].flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]),
+    );
+    engineList.update(sig(item.spec?.capabilities?.engines), () => engines(item));
+    rules.update(sig(item.spec?.selectionRules), () => selectionRules(item));
+    steps.update(sig(annotations[INSTALLATION]), () => install(item));
+    checks.update(sig(annotations[HEALTH]), () => health(item, discovered));
+    conditions.update(sig(status.conditions), () =>
+      table(
+        "Conditions",
+        ["Type", "Status", "Reason", "Message", "Since"],
+        (status.conditions || []).map((c) =>
+          h("tr", { "data-type": c.type }, [c.type, c.status, c.reason || "", c.message || "", age(c.lastTransitionTime)].map((v) => h("td", {}, v))),
+        ),
+      ),
+    );
+  }
+
+  show(found.data);
+  const liveText = "Live: updated as it changes";
+  let gone = false;
+  return watch(KIND, {
+    root,
+    name,
+    snapshot(items) {
+      const item = items.find((i) => i.metadata.name === name);
+      gone = !item;
+      if (item) show(item);
+      live.textContent = gone ? "Deleted: this provider's config no longer exists." : liveText;
+    },
+    changed(item) {
+      if (item.metadata.name !== name) return;
+      gone = false;
+      live.textContent = liveText;
+      show(item);
+    },
+    deleted(which) {
+      if (which.name !== name) return;
+      gone = true;
+      live.textContent = "Deleted: this provider's config no longer exists.";
+    },
+    status(state) {
+      if (!gone) live.textContent = connection(state, liveText);
+    },
+  });
 }
 
 function engines(item) {
