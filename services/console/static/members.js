@@ -3,7 +3,7 @@ import { call, h } from "./api.js";
 
 const KIND = "InferencePoolMember";
 const POLL_MS = 2000;
-const COLUMNS = ["Name", "Health", "Models advertised", "Saturated", "Draining", "Models", "Requests", "Req/s", "In flight", "Errors", "TTFT p50", "TTFT p90", ""];
+const COLUMNS = ["Name", "Health", "Models advertised", "Saturated", "Draining", "Models", "Requests", "Req/s", "In flight", "Errors", "TTFT p50", "TTFT p90", "Action"];
 const FIGURES = ["requests", "rps", "in_flight", "error_rate", "ttft_p50_ms", "ttft_p90_ms"];
 const MODEL_COLUMNS = ["Model", "Requests", "Req/s", "Errors", "TTFT p50", "TTFT p90"];
 
