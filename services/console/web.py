@@ -53,6 +53,7 @@ log = logging.getLogger("jetway.console")
 STATIC = Path(__file__).resolve().parent / "static"
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".png": "image/png", ".svg": "image/svg+xml"}
 LOGIN_PATH = "/ui/login"
+LOGIN_STYLE = "/ui/login.css"  # the stylesheet, for the pages a browser sees before it is logged in: open, like the form
 HEARTBEAT = 15.0  # seconds between SSE comments: a closed browser tab is noticed by the next write
 RELAY_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=300)
 # The pages load nothing but their own files and call nothing but this origin.
@@ -63,9 +64,10 @@ PAGE_HEADERS = {
     "Cache-Control": "no-store",
 }
 LOGGED_OUT = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Jetway console: log in</title></head>
-<body><h1>Jetway console</h1><p>{reason}</p>
-<p>Run <code>jetway console</code> on the machine running <code>jetway up</code> for a one-time login link.</p></body></html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Jetway console: log in</title><link rel="stylesheet" href="/ui/login.css"></head>
+<body><main class="login"><h1>Jetway console</h1><p>{reason}</p>
+<p>Run <code>jetway console</code> on the machine running <code>jetway up</code> for a one-time login link.</p></main></body></html>
 """
 
 
@@ -94,7 +96,7 @@ class Console:
 
 LOGIN_FORM = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Jetway console: log in</title><link rel="stylesheet" href="/ui/style.css"></head>
+<title>Jetway console: log in</title><link rel="stylesheet" href="/ui/login.css"></head>
 <body><main class="login"><h1>Jetway console</h1>
 <p>Log in with your own Kubernetes token: the console reads and changes only what it lets you.
 <code>kubectl create token NAME -n NAMESPACE</code> makes one for a ServiceAccount.</p>
@@ -120,7 +122,7 @@ def same_origin(request: web.Request) -> bool:
 
 
 def is_login(path: str) -> bool:
-    return path == LOGIN_PATH
+    return path in (LOGIN_PATH, LOGIN_STYLE)
 
 
 def where(namespace: str) -> str:
@@ -168,6 +170,9 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         if path is None:
             return fail(404, f"no console file {name!r}", code="not_found", path="file")
         return web.FileResponse(path, headers={**PAGE_HEADERS, "Content-Type": CONTENT_TYPES[path.suffix]})
+
+    async def login_style(request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(files["style.css"], headers={**PAGE_HEADERS, "Content-Type": CONTENT_TYPES[".css"]})
 
     async def to_ui(request: web.Request) -> web.Response:
         raise web.HTTPFound("/ui/")
@@ -430,6 +435,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     app.router.add_get("/ui/", page)
     app.router.add_get(LOGIN_PATH, login)
     app.router.add_post(LOGIN_PATH, login)
+    app.router.add_get(LOGIN_STYLE, login_style)
     app.router.add_get("/ui/{file}", page)
     app.router.add_post("/v1/console/codes", codes)
     app.router.add_post("/v1/console/logout", logout)

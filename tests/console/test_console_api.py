@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from tests.contracts.cases import MD, changed
+from tests.support.cli import ROOT
 from tests.support.stack import Stack
 
 PROTECTED = [
@@ -58,6 +59,10 @@ async def test_without_the_token_or_a_session_every_page_and_api_answers_401(sta
                 assert response.status == 401
         async with anonymous.get(f"{stack.api_url}/healthz") as response:
             assert response.status == 200
+        # open: the logged-out page's stylesheet (the console's own, nothing secret), so that page looks like the rest
+        async with anonymous.get(f"{stack.api_url}/ui/login.css") as response:
+            assert response.status == 200 and response.content_type == "text/css"
+            assert await response.read() == (ROOT / "services" / "console" / "static" / "style.css").read_bytes()
 
 
 async def test_a_login_link_works_once_and_its_session_reads_and_changes_with_the_console_header(stack: Stack) -> None:

@@ -23,7 +23,7 @@ import yaml
 
 from contracts.natsauth import PASSWORD_ENV, USER_ENV
 from runtime.natsserver import NatsServer
-from tests.console.conftest import browser  # noqa: F401 (a fixture)
+from tests.console.conftest import browser, screenshot  # noqa: F401 (a fixture)
 from tests.kube.test_least_privilege import installed, kubeconfig_with, secured_nats, token_for  # noqa: F401 (fixtures)
 from tests.kube.test_processes import free_port
 from tests.support.cli import ROOT
@@ -270,6 +270,7 @@ async def test_in_a_browser_the_user_logs_in_with_a_token_and_creates_a_deployme
     page.on("pageerror", lambda error: errors.append(str(error)))
     try:
         await page.goto(f"{console}/ui/")
+        await screenshot(page, "cluster-login")
         await page.get_by_label("Kubernetes token").fill(editor)
         await page.get_by_role("button", name="Log in").click()
         await expect(page.get_by_role("cell", name="already-there")).to_be_visible(timeout=TIMEOUT * 1000)
