@@ -234,6 +234,7 @@ async def up(options: Options) -> int:
                 with contextlib.suppress(Exception):
                     task.result()
             return 1 if failed else 0
+        await pipeline.providers_known(runners)  # the built-in providers registered: a first apply may choose any
         try:
             api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), HOST, options.api_port)
             serving = await proxy.listen(router.routes, HOST, options.router_port, limits=options.router_limits)

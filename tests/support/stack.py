@@ -164,6 +164,7 @@ async def running_pipeline(nats_url: str, *, ready_timeout: float = 30.0) -> Asy
     tasks = [asyncio.create_task(r.run()) for r in runners]
     try:
         await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), ready_timeout)
+        assert await pipeline.providers_known(runners, timeout=ready_timeout), "the built-in providers were not registered"
         yield runners
     finally:
         for runner in runners:
