@@ -80,7 +80,10 @@ class Endpoint:
         data = cluster.get("certificate-authority-data")
         ca_data = base64.b64decode(data).decode() if data else None
         insecure = bool(cluster.get("insecure-skip-tls-verify"))
-        return cls(cluster["server"].rstrip("/"), cluster.get("certificate-authority"), insecure, ca_data)
+        ca_file = cluster.get("certificate-authority")
+        if ca_file and not Path(ca_file).is_absolute():  # kubectl reads a relative path from the kubeconfig's folder
+            ca_file = str(Path(kubeconfig).parent / ca_file)
+        return cls(cluster["server"].rstrip("/"), ca_file, insecure, ca_data)
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https://"):
