@@ -103,11 +103,29 @@ async def console(installed: Cluster, secured_nats: tuple[NatsServer, dict[str, 
                 return False
 
         await eventually(up, timeout=TIMEOUT, message="the console listening")
-        yield url
+        try:
+            yield url
+        finally:  # while the watcher runs: it releases its finalizer, so the namespaces can go after the test
+            await delete_deployments(cluster)
     log = (tmp_path / "console.log").read_text()
     assert "Traceback" not in log, log[-3000:]
     assert "permissions violation" not in log.lower(), f"the console was refused a NATS right nats-auth.conf should give: {log[-3000:]}"
     assert watcher_token not in log and not any(p in log for p in passwords.values())
+
+
+async def delete_deployments(cluster: Cluster) -> None:
+    """Every ModelDeployment the test made (in its namespaces), deleted and gone."""
+    namespaces = [cluster.namespace, *cluster.namespaces]
+    for namespace in namespaces:
+        found, _ = await cluster.kube.list(MDV, "ModelDeployment", namespace)
+        for md in found:
+            await cluster.kube.delete(MDV, "ModelDeployment", md["metadata"]["name"], namespace)
+
+    async def gone() -> bool:
+        left = [(await cluster.kube.list(MDV, "ModelDeployment", ns))[0] for ns in namespaces]
+        return not any(left)
+
+    await eventually(gone, timeout=TIMEOUT, message="the test's deployments deleted (the watcher's finalizer released)")
 
 
 async def json_of(answer: aiohttp.ClientResponse) -> Any:
