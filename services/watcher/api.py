@@ -29,6 +29,7 @@ from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.problems import Problem
 from contracts.subjects import Key
 from runtime import metrics
+from services.console import rendered
 from services.console import web as console_web
 from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes
 from services.watcher.handlers import Refused, WatcherService
@@ -210,11 +211,7 @@ def build_app(
         if isinstance(found, web.Response):
             return found
         state = found[1]
-        objects = {
-            owner: list(getattr(envelope.event, "objects", ()) or ())
-            for owner, envelope in sorted(state.decisions.items())
-            if getattr(envelope.event, "objects", None)
-        }
+        objects = rendered.recorded_objects(state.decisions)
         return web.json_response({"kind": state.key.kind, "name": state.key.name, "objects": objects})
 
     async def delete(request: web.Request) -> web.Response:
