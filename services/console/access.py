@@ -26,9 +26,12 @@ from aiohttp import web
 from contracts.kinds import KindInfo
 from contracts.subjects import Key
 from services.console.kubeuser import KubeAsUser, KubeRefused
-from services.console.logins import CONSOLE_HEADER, COOKIE, MAX_SESSIONS, SESSION_TTL, Access, Logins, access
+from services.console.logins import CONSOLE_HEADER, COOKIE, SESSION_TTL, Access, Logins, access
 
-WHO_TTL = 60.0  # seconds a bearer token's user is remembered (a revoked token is refused within this)
+WHO_TTL = 60.0  # seconds a token's user is remembered (a revoked or expired token is refused within this)
+KUBE_COOKIE = "jetway_cluster_session"  # not `jetway up`'s: both may be on 127.0.0.1 (cookies ignore the port)
+MAX_KUBE_SESSIONS = 4096
+SESSIONS_PER_USER = 8  # one user's new logins push out that user's oldest sessions, never another user's
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class KubeSession:
     user: str
     token: str = field(repr=False)
     until: float = 0.0
+    checked: float = 0.0  # when the API server last took the token (it is asked again WHO_TTL after)
 
 
 @dataclass
@@ -117,6 +121,7 @@ class KubeGate:
     kube: KubeAsUser
     clock: Callable[[], float] = time.monotonic
     session_ttl: float = SESSION_TTL
+    cookie: str = KUBE_COOKIE
     sessions: OrderedDict[str, KubeSession] = field(default_factory=OrderedDict)
     known: OrderedDict[str, tuple[str, float]] = field(default_factory=OrderedDict)  # token digest → (user, until)
 
@@ -125,11 +130,13 @@ class KubeGate:
         user = await self.kube.who(token)
         session = secrets.token_urlsafe(32)
         now = self.clock()
-        self.sessions[session] = KubeSession(user, token, now + self.session_ttl)
+        self.sessions[session] = KubeSession(user, token, now + self.session_ttl, now)
         for stale in [s for s, held in self.sessions.items() if held.until <= now]:
-            del self.sessions[stale]
-        while len(self.sessions) > MAX_SESSIONS:
-            self.sessions.popitem(last=False)
+            self.end(stale)
+        for extra in [s for s, held in self.sessions.items() if held.user == user][:-SESSIONS_PER_USER]:
+            self.end(extra)
+        while len(self.sessions) > MAX_KUBE_SESSIONS:
+            self.end(next(iter(self.sessions)))
         return session, user
 
     def end(self, session: str | None) -> None:
@@ -149,13 +156,23 @@ class KubeGate:
                     raise Denied(401, "the Kubernetes API server does not take this token") from exc
                 known = (user, now + WHO_TTL)
                 self.known[digest] = known
-                while len(self.known) > MAX_SESSIONS:
+                while len(self.known) > MAX_KUBE_SESSIONS:
                     self.known.popitem(last=False)
             return Caller("token", user=known[0], session=digest, token=given)
-        session = request.cookies.get(COOKIE, "")
+        session = request.cookies.get(self.cookie, "")
         held = self.sessions.get(session) if session else None
-        _verdict(request, token_ok=False, session_ok=held is not None and held.until > self.clock())
+        now = self.clock()
+        _verdict(request, token_ok=False, session_ok=held is not None and held.until > now)
         assert held is not None
+        if held.checked + WHO_TTL <= now:  # every route, not only those that ask for access, stops with the token
+            try:
+                await self.kube.who(held.token)
+            except KubeRefused as exc:
+                if exc.status == 401:
+                    self.end(session)
+                    raise Denied(401, "the Kubernetes API server no longer takes this session's token; log in again") from exc
+                raise
+            held.checked = now
         return Caller("session", user=held.user, session=session, token=held.token)
 
     async def may(self, caller: Caller, verb: str, info: KindInfo, namespace: str | None) -> bool:

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import yaml
@@ -123,7 +124,7 @@ class KubeAsUser:
             async with self.session.request(method, self.endpoint.server + path, headers=headers, data=data, params=query) as answer:
                 text = await answer.text()
                 status = answer.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a header aiohttp will not send
             raise KubeRefused(502, f"the Kubernetes API server did not answer: {type(exc).__name__}") from None
         try:
             parsed = json.loads(text) if text else {}
@@ -197,8 +198,14 @@ class KubeAsUser:
 
 
 def resource_path(info: KindInfo, namespace: str | None, name: str) -> str:
-    where = f"/namespaces/{namespace}" if info.namespaced and namespace else ""
-    return f"/apis/{info.group}/{info.api_version.split('/', 1)[1]}{where}/{info.plural}/{name}"
+    """The object's path; each segment quoted, so a name or namespace with `/` or `..` cannot reach another path."""
+    where = f"/namespaces/{quote(namespace, safe='')}" if info.namespaced and namespace else ""
+    return f"/apis/{info.group}/{info.api_version.split('/', 1)[1]}{where}/{info.plural}/{quote(name, safe='')}"
+
+
+def usable_token(token: str) -> bool:
+    """A bearer token as HTTP can carry it: printable, no spaces (a pasted line break is the usual mistake)."""
+    return bool(token) and len(token) <= 16384 and all(33 <= ord(c) <= 126 for c in token)
 
 
 def refusal(status: int, body: dict[str, Any]) -> KubeRefused:

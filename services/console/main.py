@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from contracts.admission import admit
 from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from contracts.subjects import Key
@@ -39,6 +40,7 @@ from services.console import web as console_web
 from services.console.access import Caller, Denied, KubeGate
 from services.console.kubeuser import Endpoint, KubeAsUser, KubeRefused
 from services.watcher import api
+from services.watcher.decide.apply import policy
 from services.watcher.handlers import WatcherService
 
 NAME = "console"
@@ -77,7 +79,11 @@ class KubeWrites:
         self.projection = projection
 
     async def apply(self, caller: Caller, manifest: object, *, dry_run: bool) -> web.Response:
-        verdict, _ = self.projection.admit(manifest)
+        # The manifest's own rules only: the rules that compare it with what is stored (an update's immutable
+        # fields) would answer about a resource the user may not read. Kubernetes and Jetway's webhook judge those.
+        verdict = admit(manifest)
+        if verdict.obj is not None and not verdict.problems:
+            verdict.problems += policy(verdict.obj, allow_link_local=self.projection.allow_link_local)
         if not verdict.ok or verdict.obj is None:
             first = verdict.problems[0]
             return api.error(400, first.message, code="invalid_manifest", path=first.path, problems=verdict.problems)

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import html
 import json
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ from contracts.subjects import Key
 from runtime.eventstore import Item
 from services.console import events, figures, rendered, timeline
 from services.console.access import CALLER, Denied, Gate, KubeGate
-from services.console.kubeuser import KubeRefused
+from services.console.kubeuser import KubeRefused, usable_token
 from services.console.logins import COOKIE, Logins
 from services.watcher.handlers import WatcherService
 
@@ -53,6 +55,7 @@ log = logging.getLogger("jetway.console")
 STATIC = Path(__file__).resolve().parent / "static"
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".png": "image/png", ".svg": "image/svg+xml"}
 LOGIN_PATH = "/ui/login"
+LOGIN_CHECK = "jetway_login_check"  # the token form's anti-CSRF value (login_form)
 LOGIN_STYLE = "/ui/login.css"  # the stylesheet, for the pages a browser sees before it is logged in: open, like the form
 HEARTBEAT = 15.0  # seconds between SSE comments: a closed browser tab is noticed by the next write
 RELAY_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=300)
@@ -103,12 +106,18 @@ LOGIN_FORM = """<!doctype html>
 <p role="alert">{reason}</p>
 <form method="post" action="/ui/login"><label for="token">Kubernetes token</label>
 <input id="token" name="token" type="password" autocomplete="off" required autofocus>
+<input type="hidden" name="check" value="{check}">
 <button type="submit">Log in</button></form></main></body></html>
 """
 
 
 def login_form(reason: str, status: int = 200) -> web.Response:
-    return web.Response(status=status, text=LOGIN_FORM.format(reason=html.escape(reason)), content_type="text/html", headers=PAGE_HEADERS)
+    """The token form, with a fresh check value in a field and in a cookie only this form's post sends back."""
+    check = secrets.token_urlsafe(24)
+    text = LOGIN_FORM.format(reason=html.escape(reason), check=check)
+    response = web.Response(status=status, text=text, content_type="text/html", headers=PAGE_HEADERS)
+    response.set_cookie(LOGIN_CHECK, check, max_age=600, path=LOGIN_PATH, httponly=True, samesite="Strict")
+    return response
 
 
 def same_origin(request: web.Request) -> bool:
@@ -129,12 +138,12 @@ def where(namespace: str) -> str:
     return f" in namespace {namespace!r}" if namespace else ""
 
 
-async def visible(request: web.Request, gate: Gate, info: KindInfo, namespaces: set[str]) -> set[str]:
-    """Of `namespaces`, those whose `info` resources the caller may list (all of them when it may list everywhere)."""
+async def visible(request: web.Request, gate: Gate, info: KindInfo, namespaces: set[str], verb: str = "list") -> set[str]:
+    """Of `namespaces`, those whose `info` resources the caller may list (or watch): all of them when it may everywhere."""
     caller = request[CALLER]
-    if await gate.may(caller, "list", info, None):
+    if await gate.may(caller, verb, info, None):
         return namespaces
-    return {ns for ns in namespaces if ns and await gate.may(caller, "list", info, ns)}
+    return {ns for ns in namespaces if ns and await gate.may(caller, verb, info, ns)}
 
 
 def logged_out(reason: str, status: int = 401) -> web.Response:
@@ -177,10 +186,14 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     async def to_ui(request: web.Request) -> web.Response:
         raise web.HTTPFound("/ui/")
 
+    def cookie_name() -> str:
+        return console.gate.cookie if isinstance(console.gate, KubeGate) else COOKIE
+
     def signed_in(session: str) -> web.HTTPFound:
         response = web.HTTPFound("/ui/", headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
         max_age = int(console.logins.session_ttl)
-        response.set_cookie(COOKIE, session, max_age=max_age, path="/", httponly=True, samesite="Strict")
+        response.set_cookie(cookie_name(), session, max_age=max_age, path="/", httponly=True, samesite="Strict")
+        response.del_cookie(LOGIN_CHECK, path=LOGIN_PATH)
         return response
 
     async def login(request: web.Request) -> web.Response:
@@ -196,12 +209,17 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         """A cluster: a form for the user's Kubernetes token (GET), and the token checked by the API server (POST)."""
         if request.method != "POST":
             return login_form("")
-        if not same_origin(request):  # login CSRF: another site's form logging the browser in as someone else
-            return login_form("A login from another site's page is refused.", status=403)
         form = await request.post()
+        # Login CSRF (another site's form logging this browser in as someone else): the form's check value must match
+        # its cookie, which no other site can read or send (SameSite=Strict); and the browser must call it same-origin.
+        check = str(form.get("check", ""))
+        if not same_origin(request) or not check or not hmac.compare_digest(check, request.cookies.get(LOGIN_CHECK, "")):
+            return login_form("This login form expired or came from another site's page; log in again here.", status=403)
         token = str(form.get("token", "")).strip()
         if not token:
             return login_form("Paste a Kubernetes token (for example from `kubectl create token`).", status=400)
+        if not usable_token(token):
+            return login_form("A Kubernetes token is one line of printable characters, without spaces.", status=400)
         try:
             session, user = await gate.login(token)
         except KubeRefused as exc:
@@ -218,11 +236,11 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
 
     async def logout(request: web.Request) -> web.Response:
         if isinstance(console.gate, KubeGate):
-            console.gate.end(request.cookies.get(COOKIE))
+            console.gate.end(request.cookies.get(console.gate.cookie))
         else:
             console.logins.end(request.cookies.get(COOKIE))
         response = web.json_response({"logged_out": True})
-        response.del_cookie(COOKIE, path="/")
+        response.del_cookie(cookie_name(), path="/")
         return response
 
     async def info(request: web.Request) -> web.Response:
@@ -319,7 +337,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 for s in watcher.state.resources.of_kind(info.kind)
                 if (namespace is None or s.key.namespace == namespace) and (name is None or s.key.name == name)
             ]
-            shown = await visible(request, gate, info, {s.key.namespace for s in states})
+            shown = await visible(request, gate, info, {s.key.namespace for s in states}, verb="watch")
             items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
             await response.write(sse("snapshot", {"kind": info.kind, "items": items}))
             while True:
@@ -331,7 +349,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 if key is None:  # the API is stopping
                     break
                 pending.discard(key)
-                if not await gate.may(request[CALLER], "list", info, key.namespace or None):
+                if not await gate.may(request[CALLER], "watch", info, key.namespace or None):
                     continue
                 state = watcher.state.resources.items.get(key)
                 if state is None:
@@ -340,8 +358,10 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                     await response.write(sse("changed", watcher.state.view(state)))
         except (ConnectionResetError, ConnectionError):
             pass  # the browser left
-        except Denied:
-            pass  # the session's token lapsed: the page's next call says so
+        except (Denied, KubeRefused) as exc:
+            # The stream has begun: no other answer can be sent. Ending it makes the browser's EventSource come
+            # back, and its new request gets the 401 (a lapsed token) or a 502 (the API server failed) on its own.
+            log.info("console watch ended: %s", type(exc).__name__)
         finally:
             with contextlib.suppress(ValueError):
                 watcher.listeners.remove(heard)

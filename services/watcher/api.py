@@ -32,6 +32,7 @@ from runtime import metrics
 from services.console import rendered
 from services.console import web as console_web
 from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes
+from services.console.kubeuser import KubeRefused
 from services.watcher.handlers import Refused, WatcherService
 
 log = logging.getLogger("jetway.api")
@@ -91,6 +92,8 @@ def build_app(
             return await handler(request)
         except Denied as denied:  # a session whose Kubernetes token lapsed, found out by a route
             return error(denied.status, denied.message, code="unauthorized" if denied.status == 401 else "forbidden")
+        except KubeRefused as refused:  # the cluster console's access review failed (the API server's 429, 5xx, timeout)
+            return error(502, f"cannot check your access with Kubernetes: {refused.message}", code="bad_gateway")
         except web.HTTPException as exc:
             if exc.status == 413:
                 return error(413, f"manifest larger than {MAX_BODY // (1024 * 1024)} MiB", code="too_large")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -128,6 +129,16 @@ async def delete_deployments(cluster: Cluster) -> None:
     await eventually(gone, timeout=TIMEOUT, message="the test's deployments deleted (the watcher's finalizer released)")
 
 
+async def log_in(client: aiohttp.ClientSession, console: str, token: str) -> aiohttp.ClientResponse:
+    """As a browser does: the form (with its check value and cookie), then the post; the answer, read."""
+    async with client.get(f"{console}/ui/login") as form:
+        found = re.search(r'name="check" value="([^"]+)"', await form.text())
+    assert found is not None
+    async with client.post(f"{console}/ui/login", data={"token": token, "check": found.group(1)}, allow_redirects=False) as answer:
+        await answer.read()
+        return answer
+
+
 async def json_of(answer: aiohttp.ClientResponse) -> Any:
     return await answer.json(content_type=None)
 
@@ -150,13 +161,19 @@ async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_tok
                 assert answer.status == 401, route
             async with http.get(console + route, headers={"Authorization": "Bearer not-a-token"}) as answer:
                 assert answer.status == 401, route
-        async with http.post(f"{console}/ui/login", data={"token": "not-a-token"}, allow_redirects=False) as answer:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as stranger:
+            answer = await log_in(stranger, console, "not-a-token")
             assert answer.status == 401 and "does not take this token" in await answer.text()
-            assert "jetway_session" not in answer.cookies
+            assert "jetway_cluster_session" not in answer.cookies
+            answer = await log_in(stranger, console, "with a\nline break")
+            assert answer.status == 400 and "one line of printable characters" in await answer.text()
+        # login CSRF: a post without the form's check value (another site's form cannot have it) logs nobody in
+        async with http.post(f"{console}/ui/login", data={"token": editor}, allow_redirects=False) as answer:
+            assert answer.status == 403 and "jetway_cluster_session" not in answer.cookies
 
         # the editor logs in with their token (a form post) and gets a session cookie, then applies through the console
-        async with signed_in.post(f"{console}/ui/login", data={"token": editor}, allow_redirects=False) as answer:
-            assert answer.status == 302 and answer.headers["Location"] == "/ui/"
+        answer = await log_in(signed_in, console, editor)
+        assert answer.status == 302 and answer.headers["Location"] == "/ui/"
         async with signed_in.get(f"{console}/ui/") as answer:
             assert answer.status == 200
         async with signed_in.post(f"{console}/v1/apply", json=md) as answer:  # a change without the console's header
