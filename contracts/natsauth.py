@@ -81,6 +81,7 @@ class ServiceUser:
     writes: tuple[Writes, ...]
     publishes: tuple[str, ...] = ()  # core NATS subjects beyond the events (signals)
     subscribes: tuple[str, ...] = ()
+    manages_streams: bool = True  # False: may create a missing stream, never update one (a reader: the console)
 
     @property
     def password_env(self) -> str:
@@ -118,8 +119,9 @@ SERVICES: tuple[ServiceUser, ...] = (
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
-    # the console in a cluster reads the log and writes no facet: a change goes to Kubernetes as the user
-    ServiceUser("console", ("console",), (), subscribes=(PROBE_SIGNALS,)),  # members' probe times, as the watcher folds them
+    # the console in a cluster writes no facet (a change goes to Kubernetes as the user); it reads the log and
+    # the members' probe times, and cannot change the streams' settings
+    ServiceUser("console", ("console",), (), subscribes=(PROBE_SIGNALS,), manages_streams=False),
 )
 
 
@@ -147,7 +149,8 @@ def jetstream_subjects(service: ServiceUser) -> list[str]:
         # Broad, and the one residual: every service makes the streams at start-up (ensure_streams), so
         # each may create and update them; a compromised service could change their retention. Creating
         # them in one place (an install Job) would let the services keep INFO only.
-        found += [f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")]
+        verbs = ("INFO", "CREATE", "UPDATE") if service.manages_streams else ("INFO", "CREATE")
+        found += [f"$JS.API.STREAM.{verb}.{stream}" for verb in verbs]
     found += [
         # Ordered consumers (scan, follow) are ephemeral and server-named: created on the stream's bare
         # subject, which the server refuses for a durable, and their info asked by a name not known in
@@ -176,7 +179,9 @@ def lease_subjects(service: ServiceUser) -> list[str]:
     stream = f"KV_{LEASE_BUCKET}"
     return [
         *(f"$KV.{LEASE_BUCKET}.{runner}.>" for runner in service.runners),
-        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "MSG.GET")),
+        # UPDATE: a bucket made with one copy while a cluster formed is raised to three (runtime/leases.py); the
+        # residual: a compromised service could change the bucket's settings (its TTL is read from there)
+        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE", "MSG.GET")),
         f"$JS.API.DIRECT.GET.{stream}.>",  # a key's last value (nats-py's create reads a deleted key's revision)
         f"$JS.API.CONSUMER.CREATE.{stream}",  # an ordered consumer reads the group's keys each tick
         f"$JS.API.CONSUMER.INFO.{stream}.*",  # how many it has to deliver

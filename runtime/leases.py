@@ -48,7 +48,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
 from runtime import metrics
-from runtime.bus import with_copies
+from runtime.bus import CANNOT_REPLICATE, with_copies
 
 log = logging.getLogger("jetway.leases")
 
@@ -140,9 +140,12 @@ async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
     """The lease bucket, made on first use with `ttl` as its max_age (three copies where the cluster can place
     them). An existing bucket keeps the TTL it was made with: every replica reads it from there."""
     try:
-        return await js.key_value(BUCKET)
+        found = await js.key_value(BUCKET)
     except (NotFoundError, nats.js.errors.BucketNotFoundError):
         pass
+    else:
+        await _more_copies(js)
+        return found
 
     async def create(replicas: int) -> KeyValue:
         config = api.KeyValueConfig(
@@ -156,6 +159,22 @@ async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
         if exc.err_code == 10058:  # made meanwhile by another replica
             return await js.key_value(BUCKET)
         raise
+
+
+async def _more_copies(js: JetStreamContext) -> None:
+    """A bucket made with one copy on a cluster (it was still forming, or smaller) gets three once it can place them,
+    as the streams do (runtime/bus.py); where it still cannot, it keeps one."""
+    info = await js.stream_info(STREAM)
+    if info.config.num_replicas != 1 or info.cluster is None or not info.cluster.name:
+        return
+    info.config.num_replicas = 3
+    try:
+        await js.update_stream(info.config)
+    except APIError as exc:
+        if exc.err_code not in CANNOT_REPLICATE:
+            raise
+        return
+    log.info("bucket %s: raised to three copies", BUCKET)
 
 
 class Leases:

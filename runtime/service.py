@@ -115,6 +115,7 @@ class RunnerSettings:
     conflict_retries: int = 5
     streams: StreamSettings = field(default_factory=streams_from_env)  # JETWAY_HISTORY_PER_FACET, read once
     snapshots: SnapshotSettings = field(default_factory=settings_from_env)  # JETWAY_SNAPSHOT_*, read once
+    manage_streams: bool = True  # False: a reader (the console) only creates missing streams, never changes them
 
 
 class Requeue(Exception):
@@ -787,7 +788,7 @@ class Runner:
 
     async def run(self) -> None:
         """Rebuild, reconcile what is known, then follow the stream until `stop()`."""
-        await ensure_streams(self.js, self.settings.streams)
+        await ensure_streams(self.js, self.settings.streams, update=self.settings.manage_streams)
         await self.rebuild()
         self.service.rebuilt()
         if self._snapshot_due():

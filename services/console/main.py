@@ -34,7 +34,7 @@ from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from contracts.subjects import Key
 from runtime.entry import Context, Stop
-from runtime.service import Runnable, Runner
+from runtime.service import Runnable, Runner, RunnerSettings
 from services.console import figures
 from services.console import web as console_web
 from services.console.access import Caller, Denied, KubeGate
@@ -181,7 +181,7 @@ def router_scraper(target: str, session: aiohttp.ClientSession, clock: Any = tim
 
 async def start(context: Context) -> list[Runnable]:
     projection = ConsoleProjection()
-    runner = Runner(projection, context.nc)
+    runner = Runner(projection, context.nc, RunnerSettings(manage_streams=False))  # its NATS user may not change them
     projection.runner = runner
     try:
         endpoint = Endpoint.from_environment(dict(os.environ), os.environ.get("KUBECONFIG") or None)

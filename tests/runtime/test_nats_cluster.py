@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from nats.js.api import KeyValueConfig
 
 from contracts.subjects import kind_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, connect, ensure_streams
 from runtime.eventstore import EventStore
+from runtime.leases import BUCKET, bucket
 from runtime.leases import STREAM as LEASES_STREAM
-from runtime.leases import bucket
 from runtime.natsserver import NatsCluster
 from runtime.service import Runner
 from tests.support.nats import NatsEndpoint, nats_cluster
@@ -64,6 +65,11 @@ async def test_the_lease_bucket_keeps_three_copies_on_a_three_node_cluster(clust
     try:
         js = nc.jetstream()
         await ensure_streams(js)  # as every service starts: it waits out the cluster's first elections
+        await bucket(js, ttl=10.0)
+        assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 3
+        # one made with a single copy (a cluster still forming) is raised to three by the next replica to start
+        await js.delete_key_value(BUCKET)
+        await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0, history=1, replicas=1, direct=True))
         await bucket(js, ttl=10.0)
         assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 3
     finally:

@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from contracts.events import StatusReported
 from contracts.natsauth import PASSWORD_ENV, SERVICES, USER_ENV, new_password, permissions, render_authorization, service_user
 from contracts.subjects import ALL_PARTITIONS, Key
-from runtime.bus import Credentials, connect, ensure_streams
+from runtime.bus import EVENTS_STREAM, Credentials, connect, ensure_streams
 from runtime.eventstore import EventStore, StoreUnavailable
 from runtime.leases import Leases, LeaseSettings
 from runtime.leases import bucket as lease_bucket
@@ -100,6 +100,24 @@ async def test_a_service_holds_its_own_leases_and_cannot_take_another_services(o
     assert theirs.holds() == set(ALL_PARTITIONS)  # none was taken from it
     await mine.release_all()
     await theirs.release_all()
+
+
+async def test_the_console_reads_the_log_and_cannot_change_the_streams_settings(open_as: OpenAs) -> None:
+    """The most exposed service (users reach it) may not change retention: a compromised console cannot wipe the log."""
+    selector = await open_as("selector")
+    await ensure_streams(selector.jetstream())
+    store = EventStore(selector, producer="selector")
+    await store.append(QWEN.subject("selector"), StatusReported(generation=1), expected_seq=0)
+    console = await open_as("console")
+    js = console.jetstream(timeout=1.0)
+    await ensure_streams(js, update=False)  # what the console's runner does: reads, changes nothing
+    assert [item.seq for item in await EventStore(console, producer="console").read(QWEN.subject("selector"))]
+    info = await js.stream_info(EVENTS_STREAM)
+    info.config.max_msgs_per_subject = 1
+    with pytest.raises(Exception) as refused:  # no answer comes to a refused request: a timeout
+        await js.update_stream(info.config)
+    assert type(refused.value).__name__ in {"TimeoutError", "NoRespondersError"}
+    assert (await selector.jetstream().stream_info(EVENTS_STREAM)).config.max_msgs_per_subject != 1
 
 
 async def test_a_wrong_password_is_refused_at_once_and_never_echoed(secured: NatsServer, passwords: dict[str, str]) -> None:
