@@ -72,19 +72,22 @@ class EventIndex:
         seqs[event_id] = seq
         order = self._order
         order.append(event_id)
-        if len(order) > self.bound and seqs.pop(order.popleft(), None) is not None:  # (None: forgotten already)
+        if len(order) > self.bound:
+            del seqs[order.popleft()]
             self.dropped += 1
 
     def get(self, event_id: str) -> int | None:
         return self._seqs.get(event_id)
 
     def forget(self, event_id: str) -> None:
-        """An id whose event the stream no longer has."""
-        self._seqs.pop(event_id, None)
+        """An id whose event the stream no longer has (rare: a lookup found it trimmed), out of the order too, so
+        the order holds exactly the ids held."""
+        if self._seqs.pop(event_id, None) is not None:
+            self._order.remove(event_id)
 
     def oldest(self) -> int | None:
         """The sequence of the first event still held: before it, the index may not know an event."""
-        return next((self._seqs[i] for i in self._order if i in self._seqs), None)
+        return self._seqs[self._order[0]] if self._order else None
 
     def window(self, before: int | None, last: int, bound: int = SCAN_BOUND) -> tuple[int, int] | None:
         """The stream sequences (first, last, inclusive) to scan for an id the index does not hold: at most `bound`

@@ -4,9 +4,9 @@ It serves the same pages and the same `/v1/*` routes as `jetway up`'s apply API,
 event stream (a watcher projection that decides nothing), with two differences (services/console/access.py):
 - who: the user logs in with their own Kubernetes token (`POST /ui/login`, or `Authorization: Bearer`), which
   the API server checks; the console's pod has no token of its own and no Kubernetes rights at all;
-- changes (apply, delete, drain) go to the Kubernetes API with the user's token (`KubeWrites`), where RBAC,
-  Jetway's admission webhook and the audit log see the user. The event stream is only read: the console's
-  NATS user may write nothing but its own dead letters.
+- changes (apply and delete; the members page's drain is an apply) go to the Kubernetes API with the user's
+  token (`KubeWrites`), where RBAC, Jetway's admission webhook and the audit log see the user. The event stream
+  is only read: the console's NATS user may write nothing but its own dead letters and snapshots.
 
 Environment (besides runtime/entry.py's): `JETWAY_CONSOLE_HOST`/`JETWAY_CONSOLE_PORT` (0.0.0.0:8080), where the
 pages are served (plain HTTP: reach it with `kubectl port-forward`, docs/console.md); `JETWAY_ROUTER_URL`, the

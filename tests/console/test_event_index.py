@@ -43,6 +43,10 @@ def test_past_its_bound_the_index_lets_the_first_folded_go() -> None:
     assert (index.get("e3"), index.get("e4"), index.oldest()) == (None, 4, 4)
     index.forget("e4")  # the stream no longer has it
     assert index.get("e4") is None and index.oldest() == 5
+    index.put("e4", 7)  # the id again: held once, and it goes in its new turn, not in its forgotten one
+    index.put("e8", 8)
+    index.put("e9", 9)
+    assert (index.get("e4"), index.get("e5"), index.get("e6"), len(index)) == (7, None, None, 3)
     with pytest.raises(ValueError):
         EventIndex(bound=0)
 

@@ -31,7 +31,8 @@ export function loggedOut() {
   const main = document.getElementById("main");
   main.replaceChildren(
     h("h1", {}, "Logged out"),
-    h("p", {}, "Your console session ended. Run ", h("code", {}, "jetway console"), " for a new one-time login link."),
+    h("p", {}, "Your console session ended. Under ", h("code", {}, "jetway up"), ", run ", h("code", {}, "jetway console"),
+      " for a new one-time login link; in a cluster, ", h("a", { href: "/ui/login" }, "log in again with your Kubernetes token"), "."),
   );
 }
 
