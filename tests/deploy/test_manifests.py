@@ -284,6 +284,13 @@ def test_the_console_reaches_the_router_and_every_router_pods_metrics(objects: l
     ca = next(v for v in console_pod["volumes"] if "configMap" in v)
     mount = next(m for m in console_pod["containers"][0]["volumeMounts"] if m["name"] == ca["name"])
     assert ca["configMap"]["name"] == "kube-root-ca.crt" and env["JETWAY_KUBE_CA_FILE"] == f"{mount['mountPath']}/ca.crt"
+    # the pages are for port-forward only: no pod may call them (a NetworkPolicy that admits the health port alone)
+    (policy,) = of_kind(objects, "NetworkPolicy").values()
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"].items()
+        <= of_kind(objects, "Deployment")["jetway-console"]["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"] and [p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]] == ["health"]
     console_port = services["jetway-console"]["spec"]["ports"][0]
     assert {p["name"]: p["containerPort"] for p in console_pod["containers"][0]["ports"]}[console_port["targetPort"]] == int(
         env["JETWAY_CONSOLE_PORT"]
