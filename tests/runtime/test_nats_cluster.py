@@ -31,7 +31,10 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
         yield running
 
 
-async def test_the_streams_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
+async def test_the_streams_and_the_lease_bucket_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
+    """...from a fresh cluster's first start (its peers may still be joining), and one made with a single copy (a
+    cluster still forming, or smaller then) is raised to three by the next service to start. One cluster for all:
+    each costs seconds to form."""
     nc = await connect(cluster.url, name="test")
     try:
         js = nc.jetstream()
@@ -41,33 +44,17 @@ async def test_the_streams_keep_three_copies_on_a_three_node_cluster(cluster: Na
             assert info.config.num_replicas == 3
             assert info.cluster is not None and info.cluster.leader and len(info.cluster.replicas or []) == 2
         await ensure_streams(js)  # again: nothing to change
-    finally:
-        await nc.close()
-
-
-async def test_a_stream_made_with_one_copy_gets_three_once_the_cluster_can_place_them(cluster: NatsCluster) -> None:
-    """A stream made while the cluster was forming (or smaller) is not left with one copy forever."""
-    nc = await connect(cluster.url, name="test")
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js, StreamSettings(replicas=1))
-        assert (await js.stream_info(EVENTS_STREAM)).config.num_replicas == 1
-        await ensure_streams(js)  # the services' next start, replicas left to Jetway
-        for stream in (EVENTS_STREAM, DLQ_STREAM):
-            assert (await js.stream_info(stream)).config.num_replicas == 3
-        await ensure_streams(js, update=False)  # a reader changes nothing
-    finally:
-        await nc.close()
-
-
-async def test_the_lease_bucket_keeps_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
-    nc = await connect(cluster.url, name="test")
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js)  # as every service starts: it waits out the cluster's first elections
         await bucket(js, ttl=10.0)
         assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 3
-        # one made with a single copy (a cluster still forming) is raised to three by the next replica to start
+
+        await js.delete_stream(DLQ_STREAM)
+        await ensure_streams(js, StreamSettings(replicas=1), update=False)  # made again with one copy
+        assert (await js.stream_info(DLQ_STREAM)).config.num_replicas == 1
+        await ensure_streams(js, update=False)  # a reader changes nothing
+        assert (await js.stream_info(DLQ_STREAM)).config.num_replicas == 1
+        await ensure_streams(js)  # a service's next start, copies left to Jetway
+        assert (await js.stream_info(DLQ_STREAM)).config.num_replicas == 3
+
         await js.delete_key_value(BUCKET)
         await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0, history=1, replicas=1, direct=True))
         await bucket(js, ttl=10.0)
