@@ -234,7 +234,15 @@ async def up(options: Options) -> int:
                 with contextlib.suppress(Exception):
                     task.result()
             return 1 if failed else 0
-        await pipeline.providers_known(runners)  # the built-in providers registered: a first apply may choose any
+        # the built-in providers registered, so a first apply may choose any of them (a Ctrl-C meanwhile stops at once)
+        known = asyncio.ensure_future(pipeline.providers_known(runners))
+        await asyncio.wait([known, stopped, closed], return_when=asyncio.FIRST_COMPLETED)
+        known.cancel()
+        if stop.is_set():
+            return 0
+        if lost.is_set():
+            say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
+            return 1
         try:
             api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), HOST, options.api_port)
             serving = await proxy.listen(router.routes, HOST, options.router_port, limits=options.router_limits)
