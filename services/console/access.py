@@ -111,7 +111,7 @@ class KubeSession:
     user: str
     token: str = field(repr=False)
     until: float = 0.0
-    checked: float = 0.0  # when the API server last took the token (it is asked again WHO_TTL after)
+    checked: float = 0.0  # when the API server last took the token (it is asked again `recheck` seconds after)
 
 
 @dataclass
@@ -122,6 +122,7 @@ class KubeGate:
     clock: Callable[[], float] = time.monotonic
     session_ttl: float = SESSION_TTL
     cookie: str = KUBE_COOKIE
+    recheck: float = WHO_TTL  # JETWAY_CONSOLE_RECHECK_SECONDS: how soon a revoked or expired token stops working
     sessions: OrderedDict[str, KubeSession] = field(default_factory=OrderedDict)
     known: OrderedDict[str, tuple[str, float]] = field(default_factory=OrderedDict)  # token digest → (user, until)
 
@@ -154,7 +155,7 @@ class KubeGate:
                     user = await self.kube.who(given)
                 except KubeRefused as exc:
                     raise Denied(401, "the Kubernetes API server does not take this token") from exc
-                known = (user, now + WHO_TTL)
+                known = (user, now + self.recheck)
                 self.known[digest] = known
                 while len(self.known) > MAX_KUBE_SESSIONS:
                     self.known.popitem(last=False)
@@ -164,7 +165,7 @@ class KubeGate:
         now = self.clock()
         _verdict(request, token_ok=False, session_ok=held is not None and held.until > now)
         assert held is not None
-        if held.checked + WHO_TTL <= now:  # every route, not only those that ask for access, stops with the token
+        if held.checked + self.recheck <= now:  # every route, not only those that ask for access, stops with the token
             try:
                 await self.kube.who(held.token)
             except KubeRefused as exc:

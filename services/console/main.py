@@ -12,8 +12,9 @@ Environment (besides runtime/entry.py's): `JETWAY_CONSOLE_HOST`/`JETWAY_CONSOLE_
 pages are served (plain HTTP: reach it with `kubectl port-forward`, docs/console.md); `JETWAY_ROUTER_URL`, the
 router the playground relays to (`http://jetway-router:8080/v1`); `JETWAY_ROUTER_METRICS`, a host whose DNS
 names every router pod (the headless `jetway-router-metrics`) and the port of their `/metrics`
-(`jetway-router-metrics:8090`), for the pool members' live figures; outside a pod, `KUBECONFIG` names the
-cluster (its user is ignored).
+(`jetway-router-metrics:8090`), for the pool members' live figures; `JETWAY_CONSOLE_RECHECK_SECONDS` (60), how
+often the API server is asked again whether it still takes a user's token; outside a pod, `KUBECONFIG` names
+the cluster (its user is ignored).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from runtime.entry import Context, Stop
 from runtime.service import Runnable, Runner, RunnerSettings
 from services.console import figures
 from services.console import web as console_web
-from services.console.access import Caller, Denied, KubeGate
+from services.console.access import WHO_TTL, Caller, Denied, KubeGate
 from services.console.kubeuser import Endpoint, KubeAsUser, KubeRefused
 from services.watcher import api
 from services.watcher.decide.apply import policy
@@ -189,12 +190,18 @@ async def start(context: Context) -> list[Runnable]:
         raise SystemExit(f"console: {exc}") from None
     kube = KubeAsUser(endpoint)
     router_url = context.env("JETWAY_ROUTER_URL", "http://jetway-router:8080/v1")
+    try:
+        recheck = float(context.env("JETWAY_CONSOLE_RECHECK_SECONDS", str(WHO_TTL)))
+        if not 0 < recheck <= 3600:
+            raise ValueError
+    except ValueError:
+        raise SystemExit("console: JETWAY_CONSOLE_RECHECK_SECONDS must be a number of seconds, above 0 and at most 3600") from None
     metrics_target = context.env("JETWAY_ROUTER_METRICS", "jetway-router-metrics:8090")
 
     async def serve() -> Stop:
         await kube.start()
         scraping = aiohttp.ClientSession()
-        console = console_web.Console(router_url=router_url, gate=KubeGate(kube))
+        console = console_web.Console(router_url=router_url, gate=KubeGate(kube, recheck=recheck))
         console.scrape = router_scraper(metrics_target, scraping)
         app = api.build_app(projection, "", console, writes=KubeWrites(kube, projection))
         site, port = await api.serve(app, context.env("JETWAY_CONSOLE_HOST", "0.0.0.0"), int(context.env("JETWAY_CONSOLE_PORT", "8080")))

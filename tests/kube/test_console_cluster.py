@@ -91,6 +91,7 @@ async def console(installed: Cluster, secured_nats: tuple[NatsServer, dict[str, 
         "JETWAY_CONSOLE_PORT": str(port),
         "JETWAY_HEALTH_PORT": str(free_port()),
         "JETWAY_ROUTER_METRICS": f"127.0.0.1:{free_port()}",  # no router here: the figures are empty, not an error
+        "JETWAY_CONSOLE_RECHECK_SECONDS": "1",  # a revoked token stops within a second (60 by default)
     }
     with service("watcher", watcher_env, tmp_path / "watcher.log"), service("console", console_env, tmp_path / "console.log") as process:
         url = f"http://127.0.0.1:{port}"
@@ -265,6 +266,27 @@ async def test_a_namespace_bound_user_sees_that_namespace_only(installed: Cluste
 
         await eventually(lambda: _superset(names(admin), {"mine", "theirs"}), timeout=TIMEOUT, message="both deployments listed")
         await eventually(lambda: _equal(names(local), {"mine"}), timeout=TIMEOUT, message="the local user sees its namespace only")
+
+
+async def test_a_session_stops_on_every_route_once_kubernetes_no_longer_takes_its_token(installed: Cluster, console: str) -> None:  # noqa: F811
+    """Even on routes that ask Kubernetes nothing else (the playground's info), for a session and a bearer token."""
+    cluster = installed
+    token = token_of(await cluster.identity("leaving", [{**MD_RULE, "verbs": ["get", "list"]}]))
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser_like, aiohttp.ClientSession() as http:
+        answer = await log_in(browser_like, console, token)
+        assert answer.status == 302
+        bearer = {"Authorization": f"Bearer {token}"}
+        for client, headers in ((browser_like, {}), (http, bearer)):
+            async with client.get(f"{console}/v1/console/info", headers=headers) as answer:
+                assert answer.status == 200
+        await cluster.kube.delete("v1", "ServiceAccount", "leaving", cluster.namespace)  # its tokens die with it
+
+        async def refused(client: aiohttp.ClientSession, headers: dict[str, str]) -> bool:
+            async with client.get(f"{console}/v1/console/info", headers=headers) as answer:
+                return answer.status == 401
+
+        await eventually(lambda: refused(browser_like, {}), timeout=TIMEOUT, message="the session refused")
+        await eventually(lambda: refused(http, bearer), timeout=TIMEOUT, message="the bearer token refused")
 
 
 async def _contains(names: Any, name: str) -> bool:
