@@ -23,7 +23,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from contracts.kinds import KindInfo
+from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
 from services.console.kubeuser import KubeAsUser, KubeRefused
 from services.console.logins import CONSOLE_HEADER, COOKIE, SESSION_TTL, Access, Logins, access
@@ -72,6 +72,27 @@ class Writes(Protocol):
     async def apply(self, caller: Caller, manifest: object, *, dry_run: bool) -> web.Response: ...
 
     async def delete(self, caller: Caller, info: KindInfo, key: Key) -> web.Response: ...
+
+
+def where(namespace: str) -> str:
+    return f" in namespace {namespace!r}" if namespace else ""
+
+
+def requested_key(request: web.Request, info: KindInfo) -> Key:
+    """The resource a route names: `{name}` in the path, `?namespace=` (default "default") for a namespaced kind."""
+    return Key(info.kind, (request.query.get("namespace") or "default") if info.namespaced else "", request.match_info["name"])
+
+
+async def readable(request: web.Request, gate: Gate, fail: Callable[..., web.Response]) -> tuple[KindInfo, Key] | web.Response:
+    """The kind and key a `{kind}/{name}` route names, once the caller may `get` it; else the answer: 404 for a kind
+    Jetway does not know, 403 when the caller may not (the same words on every read route)."""
+    info = resolve_kind(request.match_info["kind"])
+    if info is None:
+        return fail(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
+    key = requested_key(request, info)
+    if not await gate.may(request[CALLER], "get", info, key.namespace or None):
+        return fail(403, f"you may not get {info.plural}{where(key.namespace)}", code="forbidden")
+    return info, key
 
 
 def bearer(request: web.Request) -> str:

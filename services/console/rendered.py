@@ -17,9 +17,7 @@ from aiohttp import web
 
 from contracts import yamlstream
 from contracts.events import Envelope
-from contracts.kinds import KINDS, resolve_kind
-from contracts.subjects import Key
-from services.console.access import CALLER, Gate
+from services.console.access import Gate, readable, where
 from services.watcher.handlers import WatcherService
 
 if TYPE_CHECKING:
@@ -39,17 +37,13 @@ def recorded_objects(decisions: Mapping[str, Envelope]) -> dict[str, list[Any]]:
 
 def route(watcher: WatcherService, gate: Gate, fail: Fail) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def rendered(request: web.Request) -> web.Response:
-        info = resolve_kind(request.match_info["kind"])
-        if info is None:
-            return fail(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
-        key = Key(info.kind, (request.query.get("namespace") or "default") if info.namespaced else "", request.match_info["name"])
-        if not await gate.may(request[CALLER], "get", info, key.namespace or None):
-            where = f" in namespace {key.namespace!r}" if key.namespace else ""
-            return fail(403, f"you may not get {info.plural}{where}", code="forbidden")
+        found = await readable(request, gate, fail)
+        if isinstance(found, web.Response):
+            return found
+        info, key = found
         state = watcher.state.resources.items.get(key)
         if state is None:
-            where = f" in namespace {key.namespace!r}" if key.namespace else ""
-            return fail(404, f"{info.kind}/{key.name} not found{where}", code="not_found")
+            return fail(404, f"{info.kind}/{key.name} not found{where(key.namespace)}", code="not_found")
         text = yamlstream.recorded(info.kind, key.name, recorded_objects(state.decisions))
         return web.Response(text=text, content_type=CONTENT_TYPE, charset="utf-8", headers={"Cache-Control": "no-store"})
 

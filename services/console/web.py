@@ -43,7 +43,7 @@ from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
 from runtime.eventstore import Item
 from services.console import events, figures, rendered, timeline
-from services.console.access import CALLER, Denied, Gate, KubeGate
+from services.console.access import CALLER, Denied, Gate, KubeGate, readable
 from services.console.kubeuser import KubeRefused, usable_token
 from services.console.logins import COOKIE, Logins
 from services.watcher.handlers import WatcherService
@@ -132,10 +132,6 @@ def same_origin(request: web.Request) -> bool:
 
 def is_login(path: str) -> bool:
     return path in (LOGIN_PATH, LOGIN_STYLE)
-
-
-def where(namespace: str) -> str:
-    return f" in namespace {namespace!r}" if namespace else ""
 
 
 async def visible(request: web.Request, gate: Gate, info: KindInfo, namespaces: set[str], verb: str = "list") -> set[str]:
@@ -372,12 +368,10 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
         return response
 
     async def history(request: web.Request) -> web.Response:
-        info = resolve_kind(request.match_info["kind"])
-        if info is None:
-            return fail(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
-        key = Key(info.kind, (request.query.get("namespace") or "default") if info.namespaced else "", request.match_info["name"])
-        if not await gate.may(request[CALLER], "get", info, key.namespace or None):
-            return fail(403, f"you may not get {info.plural}{where(key.namespace)}", code="forbidden")
+        found = await readable(request, gate, fail)
+        if isinstance(found, web.Response):
+            return found
+        _, key = found
         try:
             limit = timeline.page_size(request.query.get("limit"))
             after = timeline.sequence("after", request.query.get("after"))

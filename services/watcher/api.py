@@ -27,11 +27,10 @@ from aiohttp import web
 from contracts.documents import DocumentError, load_json, load_yaml_all
 from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.problems import Problem
-from contracts.subjects import Key
 from runtime import metrics
 from services.console import rendered
 from services.console import web as console_web
-from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes
+from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes, readable, requested_key, where
 from services.console.kubeuser import KubeRefused
 from services.watcher.handlers import Refused, WatcherService
 
@@ -114,10 +113,6 @@ def build_app(
             return error(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
         return info
 
-    def key_of(request: web.Request, info: KindInfo) -> Key:
-        namespace = (request.query.get("namespace") or "default") if info.namespaced else ""
-        return Key(info.kind, namespace, request.match_info["name"])
-
     async def apply(request: web.Request) -> web.Response:
         dry_run = request.query.get("dry-run", request.query.get("dryRun", "")).lower() in ("true", "1", "all")
         raw = await request.read()
@@ -189,16 +184,13 @@ def build_app(
         return web.json_response({"kind": info.kind, "items": items})
 
     async def find(request: web.Request) -> tuple[KindInfo, Any] | web.Response:
-        info = kind_or_404(request)
-        if isinstance(info, web.Response):
-            return info
-        key = key_of(request, info)
-        if not await gate.may(request[CALLER], "get", info, key.namespace or None):
-            return error(403, f"you may not get {info.plural}{console_web.where(key.namespace)}", code="forbidden")
+        found = await readable(request, gate, error)
+        if isinstance(found, web.Response):
+            return found
+        info, key = found
         state = watcher.state.resources.items.get(key)
         if state is None:
-            where = f" in namespace {key.namespace!r}" if key.namespace else ""
-            return error(404, f"{info.kind}/{key.name} not found{where}", code="not_found")
+            return error(404, f"{info.kind}/{key.name} not found{where(key.namespace)}", code="not_found")
         return info, state
 
     async def get_one(request: web.Request) -> web.Response:
@@ -222,8 +214,8 @@ def build_app(
         if isinstance(info, web.Response):
             return info
         if writes is not None:
-            return await writes.delete(request[CALLER], info, key_of(request, info))
-        outcome = await watcher.delete(key_of(request, info))
+            return await writes.delete(request[CALLER], info, requested_key(request, info))
+        outcome = await watcher.delete(requested_key(request, info))
         return web.json_response({"kind": info.kind, "name": outcome.key.name, "action": "deleted" if outcome.found else "noop"})
 
     async def healthz(request: web.Request) -> web.Response:
