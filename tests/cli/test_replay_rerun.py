@@ -7,10 +7,9 @@ workload on real NATS, through the apply API); each test reads it and writes not
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,13 +24,11 @@ from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.rerun import changes
-from runtime.service import Runner
-from services.binding.handlers import BindingService
 from services.selector import decide
 from tests.contracts.cases import AD, APC, MD, changed
 from tests.support.cli import run_jetway
 from tests.support.nats import nats_endpoint
-from tests.support.stack import SETTINGS, quiet, running_pipeline, running_stack
+from tests.support.stack import quiet, running_binding, running_pipeline, running_stack
 from tests.support.waiting import eventually
 
 HEAVY_RULE = "has(spec.resources.gpu) && spec.resources.gpu.count >= 4"
@@ -57,22 +54,8 @@ class Recorded:
     last: int
 
 
-@contextlib.asynccontextmanager
-async def running_binding(url: str) -> AsyncIterator[Runner]:
-    nc = await connect(url, name="binding")
-    runner = Runner(BindingService(), nc, SETTINGS)
-    task = asyncio.create_task(runner.run())
-    try:
-        await asyncio.wait_for(runner.ready.wait(), 20)
-        yield runner
-    finally:
-        runner.stop()
-        await asyncio.gather(task, return_exceptions=True)
-        await nc.close()
-
-
 async def _record(url: str, directory: Path) -> Recorded:
-    async with running_stack(url, directory) as stack, running_pipeline(url) as pipeline, running_binding(url) as binding:
+    async with running_stack(url, directory) as stack, running_pipeline(url) as pipeline, running_binding(url, ready_timeout=20) as binding:
         assert (await stack.apply(provider("heavy", HEAVY_RULE, 900)))[0] == 201
         assert (await stack.apply(provider("light", "true", 800)))[0] == 201
         assert (await stack.apply(changed(MD, {"metadata.name": "big", "spec.resources.gpu.count": 4})))[0] == 201

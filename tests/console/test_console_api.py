@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 from typing import Any
 
@@ -12,7 +10,7 @@ import pytest
 
 from tests.contracts.cases import MD, changed
 from tests.support.cli import ROOT
-from tests.support.stack import Stack
+from tests.support.stack import Stack, next_sse_event
 
 PROTECTED = [
     ("GET", "/ui/"),
@@ -117,28 +115,17 @@ async def test_the_watch_sends_a_snapshot_then_each_change_and_deletion(stack: S
     async with stack.http.get(f"{stack.api_url}/v1/watch?kind=ModelDeployment", headers=stack.auth) as response:
         assert response.status == 200 and response.content_type == "text/event-stream"
 
-        async def next_event() -> tuple[str, Any]:
-            name, data = "", ""
-            while True:
-                line = (await asyncio.wait_for(response.content.readline(), 20)).decode().rstrip("\n")
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: "):
-                    data = line[6:]
-                elif line == "" and name:
-                    return name, json.loads(data)
-
-        kind, snapshot = await next_event()
+        kind, snapshot = await next_sse_event(response)
         assert kind == "snapshot" and [i["metadata"]["name"] for i in snapshot["items"]] == ["qwen"]
         await stack.apply(changed(MD, {"metadata.name": "second"}))
         seen: dict[str, Any] = {}
         while "second" not in seen:
-            kind, item = await next_event()
+            kind, item = await next_sse_event(response)
             assert kind == "changed"
             seen[item["metadata"]["name"]] = item
         await stack.delete("/v1/kinds/md/second")
         while True:
-            kind, item = await next_event()
+            kind, item = await next_sse_event(response)
             if kind == "deleted":
                 assert (item["name"], item["namespace"]) == ("second", "default")
                 break

@@ -8,7 +8,6 @@ condition (`expect`, `eventually`), never on the clock."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,10 @@ import yaml
 
 from contracts.cluster import DISCOVERY, ApisDiscovered
 from contracts.subjects import WATCHER
-from runtime.bus import connect
 from runtime.service import Runner
-from services.binding.handlers import BindingService
 from tests.console.conftest import screenshot
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack
+from tests.support.stack import Stack, running_binding
 from tests.support.waiting import eventually
 
 try:
@@ -60,16 +57,8 @@ async def apply_examples(stack: Stack, *files: str) -> None:
 @pytest.fixture
 async def binding(nats: NatsEndpoint, stack: Stack) -> AsyncIterator[Runner]:
     """The binding service beside the stack (as `jetway up` runs it), so agents get a resolved model binding."""
-    nc = await connect(nats.url, name="binding")
-    runner = Runner(BindingService(), nc, SETTINGS)
-    task = asyncio.create_task(runner.run())
-    try:
-        await asyncio.wait_for(runner.ready.wait(), 30)
+    async with running_binding(nats.url) as runner:
         yield runner
-    finally:
-        runner.stop()
-        await asyncio.gather(task, return_exceptions=True)
-        await nc.close()
 
 
 async def no_horizontal_overflow(page: Any) -> None:

@@ -6,20 +6,16 @@ Every wait is on a condition (Playwright's `expect`, or `eventually` on the API)
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from runtime.bus import connect
 from runtime.service import Runner
-from services.binding.handlers import BindingService
 from tests.console.test_console_catalog import HELPER, apply_examples
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack
+from tests.support.stack import Stack, next_sse_event, running_binding
 from tests.support.waiting import eventually
 
 pytest.importorskip("playwright", reason="the console's browser tests need the playwright package: pip install -e '.[test]'")
@@ -46,16 +42,8 @@ async def not_reloaded(page: Any) -> None:
 @pytest.fixture
 async def binding(nats: NatsEndpoint, stack: Stack) -> AsyncIterator[Runner]:
     """The binding service beside the stack (as `jetway up` runs it), so agents get a resolved model binding."""
-    nc = await connect(nats.url, name="binding")
-    runner = Runner(BindingService(), nc, SETTINGS)
-    task = asyncio.create_task(runner.run())
-    try:
-        await asyncio.wait_for(runner.ready.wait(), 30)
+    async with running_binding(nats.url) as runner:
         yield runner
-    finally:
-        runner.stop()
-        await asyncio.gather(task, return_exceptions=True)
-        await nc.close()
 
 
 async def test_the_deployment_page_follows_its_phase_conditions_and_objects(page: Any, stack: Stack) -> None:
@@ -166,24 +154,13 @@ async def test_the_watch_of_one_resource_sends_nothing_about_the_others(stack: S
     async with stack.http.get(url, headers=stack.auth) as response:
         assert response.status == 200
 
-        async def next_event() -> tuple[str, Any]:
-            name, data = "", ""
-            while True:
-                line = (await asyncio.wait_for(response.content.readline(), 20)).decode().rstrip("\n")
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: "):
-                    data = line[6:]
-                elif line == "" and name:
-                    return name, json.loads(data)
-
-        kind, snapshot = await next_event()
+        kind, snapshot = await next_sse_event(response)
         assert kind == "snapshot" and [i["metadata"]["name"] for i in snapshot["items"]] == ["mine"]
         # the other one changes first, then this one: the first change sent is this one's
         await stack.apply(changed(MD, {"metadata.name": "other", "spec.scaling": {"replicas": 2}}))
         await stack.apply(changed(MD, {"metadata.name": "mine", "spec.scaling": {"replicas": 3}}))
         while True:
-            kind, item = await next_event()
+            kind, item = await next_sse_event(response)
             assert kind == "changed" and item["metadata"]["name"] == "mine", item["metadata"]["name"]
             if item["spec"].get("scaling", {}).get("replicas") == 3:
                 break

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from runtime.bus import EVENTS_STREAM, connect
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
 from services import pipeline
+from services.binding.handlers import BindingService
 from services.console.web import Console
 from services.router import main as router_main
 from services.router import proxy
@@ -171,3 +173,31 @@ async def running_pipeline(nats_url: str, *, ready_timeout: float = 30.0) -> Asy
             runner.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
         await nc.close()
+
+
+@contextlib.asynccontextmanager
+async def running_binding(nats_url: str, *, ready_timeout: float = 30.0) -> AsyncIterator[Runner]:
+    """The binding service beside a stack (as `jetway up` runs it), so agents get a resolved model binding."""
+    nc = await connect(nats_url, name="binding")
+    runner = Runner(BindingService(), nc, SETTINGS)
+    task = asyncio.create_task(runner.run())
+    try:
+        await asyncio.wait_for(runner.ready.wait(), ready_timeout)
+        yield runner
+    finally:
+        runner.stop()
+        await asyncio.gather(task, return_exceptions=True)
+        await nc.close()
+
+
+async def next_sse_event(response: aiohttp.ClientResponse, timeout: float = 20.0) -> tuple[str, Any]:
+    """The next Server-Sent Event of a response: its name and its JSON data (comments and heartbeats skipped)."""
+    name, data = "", ""
+    while True:
+        line = (await asyncio.wait_for(response.content.readline(), timeout)).decode().rstrip("\n")
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and name:
+            return name, json.loads(data)
