@@ -83,12 +83,20 @@ def requested_key(request: web.Request, info: KindInfo) -> Key:
     return Key(info.kind, (request.query.get("namespace") or "default") if info.namespaced else "", request.match_info["name"])
 
 
-async def readable(request: web.Request, gate: Gate, fail: Callable[..., web.Response]) -> tuple[KindInfo, Key] | web.Response:
-    """The kind and key a `{kind}/{name}` route names, once the caller may `get` it; else the answer: 404 for a kind
-    Jetway does not know, 403 when the caller may not (the same words on every read route)."""
+def known_kind(request: web.Request, fail: Callable[..., web.Response]) -> KindInfo | web.Response:
+    """The kind a route's `{kind}` names (a name, plural or short name), or the 404 naming the known ones."""
     info = resolve_kind(request.match_info["kind"])
     if info is None:
         return fail(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
+    return info
+
+
+async def readable(request: web.Request, gate: Gate, fail: Callable[..., web.Response]) -> tuple[KindInfo, Key] | web.Response:
+    """The kind and key a `{kind}/{name}` route names, once the caller may `get` it; else the answer: 404 for a kind
+    Jetway does not know, 403 when the caller may not (the same words on every read route)."""
+    info = known_kind(request, fail)
+    if isinstance(info, web.Response):
+        return info
     key = requested_key(request, info)
     if not await gate.may(request[CALLER], "get", info, key.namespace or None):
         return fail(403, f"you may not get {info.plural}{where(key.namespace)}", code="forbidden")

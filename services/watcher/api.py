@@ -25,12 +25,12 @@ from typing import Any
 from aiohttp import web
 
 from contracts.documents import DocumentError, load_json, load_yaml_all
-from contracts.kinds import KINDS, KindInfo, resolve_kind
+from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from runtime import metrics
 from services.console import rendered
 from services.console import web as console_web
-from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes, readable, requested_key, where
+from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes, known_kind, readable, requested_key, where
 from services.console.kubeuser import KubeRefused
 from services.watcher.handlers import Refused, WatcherService
 
@@ -108,10 +108,7 @@ def build_app(
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
 
     def kind_or_404(request: web.Request) -> KindInfo | web.Response:
-        info = resolve_kind(request.match_info["kind"])
-        if info is None:
-            return error(404, f"unknown kind {request.match_info['kind']!r} (known: {', '.join(KINDS)})", code="unknown_kind")
-        return info
+        return known_kind(request, error)
 
     async def apply(request: web.Request) -> web.Response:
         dry_run = request.query.get("dry-run", request.query.get("dryRun", "")).lower() in ("true", "1", "all")
