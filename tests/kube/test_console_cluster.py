@@ -144,7 +144,11 @@ async def json_of(answer: aiohttp.ClientResponse) -> Any:
     return await answer.json(content_type=None)
 
 
-async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_token_allows(installed: Cluster, console: str) -> None:  # noqa: F811
+async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_token_allows(
+    installed: Cluster,  # noqa: F811
+    console: str,
+    tmp_path: Path,
+) -> None:
     cluster = installed
     namespace = cluster.namespace
     editor = token_of(await cluster.identity("editor", [{**MD_RULE, "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]))
@@ -234,6 +238,8 @@ async def test_the_cluster_console_shows_and_changes_only_what_the_users_own_tok
             assert answer.status == 200
         async with signed_in.get(path) as answer:
             assert answer.status == 401  # the session is over
+    log = (tmp_path / "console.log").read_text()  # the console process's own log (the fixture's, same folder)
+    assert "console login" in log and not any(token in log for token in (editor, viewer, nobody))  # users' tokens never
 
 
 async def test_a_namespace_bound_user_sees_that_namespace_only(installed: Cluster, console: str) -> None:  # noqa: F811
