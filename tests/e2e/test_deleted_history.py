@@ -20,7 +20,7 @@ from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
 from tests.support.waiting import eventually
 
-GRACE = 0.5
+GRACE = 3.0  # long enough for the read just after the delete to come first on a loaded machine
 QUICK = dataclasses.replace(SETTINGS, streams=StreamSettings(deleted_grace=GRACE))
 
 

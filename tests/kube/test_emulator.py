@@ -318,6 +318,7 @@ async def test_a_crds_change_or_removal_ends_the_watches_on_its_kind(cluster: Cl
 
     first = asyncio.create_task(watch(version))
     await cluster.kube.create({"apiVersion": api, "kind": "Probe", "metadata": {"name": "before", "namespace": cluster.namespace}})
+    await eventually(lambda: seen == ["ADDED before"], timeout=30, message="the first watch open")  # before the CRD changes
     crd = await cluster.kube.get(CRD_API, "CustomResourceDefinition", "probes.probe.example.com")
     versions = copy.deepcopy(crd["spec"]["versions"])
     versions[0]["schema"]["openAPIV3Schema"]["properties"] = {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
@@ -327,6 +328,7 @@ async def test_a_crds_change_or_removal_ends_the_watches_on_its_kind(cluster: Cl
 
     second = asyncio.create_task(watch(version))
     await cluster.kube.create({"apiVersion": api, "kind": "Probe", "metadata": {"name": "after", "namespace": cluster.namespace}})
+    await eventually(lambda: seen[1:] == ["ADDED after"], timeout=30, message="the second watch open")
     await cluster.uninstall("probes.probe.example.com")
     await asyncio.wait_for(second, 30)
     assert seen[:2] == ["ADDED before", "ADDED after"]  # then each deleted with the CRD, as the server gets to it

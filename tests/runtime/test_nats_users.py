@@ -19,7 +19,7 @@ from contracts.natsauth import PASSWORD_ENV, SERVICES, USER_ENV, new_password, p
 from contracts.subjects import ALL_PARTITIONS, Key
 from runtime.bus import EVENTS_STREAM, Credentials, connect, ensure_streams
 from runtime.eventstore import EventStore, StoreUnavailable
-from runtime.leases import Leases, LeaseSettings
+from runtime.leases import BUCKET, Leases, LeaseSettings
 from runtime.leases import bucket as lease_bucket
 from runtime.natsserver import NatsServer
 
@@ -63,7 +63,8 @@ async def open_as(secured: NatsServer, passwords: dict[str, str]) -> AsyncIterat
 async def test_a_service_writes_its_own_facet_and_is_refused_another_services(open_as: OpenAs, caplog: pytest.LogCaptureFixture) -> None:
     selector = await open_as("selector")
     await ensure_streams(selector.jetstream())  # every service may make the streams at start-up
-    store = EventStore(selector, producer="selector", append_timeout=1.0, request_timeout=1.0)
+    store = EventStore(selector, producer="selector")  # the usual timeouts for what is allowed
+    refused = EventStore(selector, producer="selector", append_timeout=1.0, request_timeout=1.0)  # no answer comes to a refusal
 
     mine = await store.append(QWEN.subject("selector"), StatusReported(generation=1), expected_seq=0)
     assert mine.seq > 0
@@ -71,30 +72,31 @@ async def test_a_service_writes_its_own_facet_and_is_refused_another_services(op
     caplog.set_level(logging.WARNING, logger="jetway.bus")
     forged = QWEN.subject("workload")  # the workload service's decisions: one writer, and it is not the selector
     with pytest.raises(StoreUnavailable):
-        await store.append(forged, StatusReported(generation=1), expected_seq=0)
+        await refused.append(forged, StatusReported(generation=1), expected_seq=0)
     assert any("permissions violation" in r.getMessage().lower() and forged in r.getMessage() for r in caplog.records)
     assert await store.last_seq(forged) == 0  # nothing was stored
     assert await store.last_seq(QWEN.subject("selector")) == mine.seq
 
     # nor may it state what a user applied (the watcher's spec facet)
     with pytest.raises(StoreUnavailable):
-        await store.append(QWEN.subject(), StatusReported(generation=1))
+        await refused.append(QWEN.subject(), StatusReported(generation=1))
     assert await store.last_seq(QWEN.subject()) == 0
 
 
 async def test_a_service_holds_its_own_leases_and_cannot_take_another_services(open_as: OpenAs) -> None:
     selector = await open_as("selector")
     await ensure_streams(selector.jetstream())
-    mine = Leases(selector.jetstream(timeout=1.0), "selector", ALL_PARTITIONS, replica="selector-0", settings=LeaseSettings(5.0))
+    mine = Leases(selector.jetstream(timeout=10.0), "selector", ALL_PARTITIONS, replica="selector-0", settings=LeaseSettings(5.0))
     mine._kv = await lease_bucket(mine.js, 5.0)  # the bucket, made by the first service to start
     await mine.tick()
     assert mine.holds() == set(ALL_PARTITIONS)
     # the workload's leases: holding one would stop the workload deciding about that partition
-    with pytest.raises(Exception) as refused:  # no answer comes to a refused request: a timeout
-        await mine._kv.create("workload.lease.3", b"selector-0")
+    quick = await selector.jetstream(timeout=1.0).key_value(BUCKET)  # no answer comes to a refused request
+    with pytest.raises(Exception) as refused:
+        await quick.create("workload.lease.3", b"selector-0")
     assert type(refused.value).__name__ in {"TimeoutError", "NoRespondersError"}
     workload = await open_as("workload")
-    theirs = Leases(workload.jetstream(timeout=1.0), "workload", ALL_PARTITIONS, replica="workload-0", settings=LeaseSettings(5.0))
+    theirs = Leases(workload.jetstream(timeout=10.0), "workload", ALL_PARTITIONS, replica="workload-0", settings=LeaseSettings(5.0))
     theirs._kv = await lease_bucket(theirs.js, 5.0)
     await theirs.tick()
     assert theirs.holds() == set(ALL_PARTITIONS)  # none was taken from it
@@ -109,13 +111,13 @@ async def test_the_console_reads_the_log_and_cannot_change_the_streams_settings(
     store = EventStore(selector, producer="selector")
     await store.append(QWEN.subject("selector"), StatusReported(generation=1), expected_seq=0)
     console = await open_as("console")
-    js = console.jetstream(timeout=1.0)
+    js = console.jetstream(timeout=10.0)
     await ensure_streams(js, update=False)  # what the console's runner does: reads, changes nothing
     assert [item.seq for item in await EventStore(console, producer="console").read(QWEN.subject("selector"))]
     info = await js.stream_info(EVENTS_STREAM)
     info.config.max_msgs_per_subject = 1
     with pytest.raises(Exception) as refused:  # no answer comes to a refused request: a timeout
-        await js.update_stream(info.config)
+        await console.jetstream(timeout=1.0).update_stream(info.config)
     assert type(refused.value).__name__ in {"TimeoutError", "NoRespondersError"}
     assert (await selector.jetstream().stream_info(EVENTS_STREAM)).config.max_msgs_per_subject != 1
 

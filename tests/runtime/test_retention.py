@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 from nats.aio.client import Client
 
@@ -12,6 +9,7 @@ from contracts.events import StatusCondition, StatusReported, StatusSlice, encod
 from contracts.subjects import ROUTER, Key
 from runtime.bus import EVENTS_STREAM, HISTORY_ENV, HISTORY_PER_FACET, StreamSettings, ensure_streams
 from runtime.eventstore import EventStore
+from tests.support.waiting import eventually
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
@@ -78,7 +76,6 @@ async def test_a_year_of_probe_flips_on_1000_members_stays_bounded(client: Clien
     js = client.jetstream()
     per_facet, members, flips = 10, 1000, 25
     await ensure_streams(js, StreamSettings(history_per_facet=per_facet))
-    started = time.monotonic()
     payloads = [
         encode(new_envelope(Key("InferencePoolMember", "", "m").subject(ROUTER), flip(1, h), producer="router")) for h in (True, False)
     ]
@@ -88,13 +85,14 @@ async def test_a_year_of_probe_flips_on_1000_members_stays_bounded(client: Clien
         for subject in subjects:
             await client.publish(subject, payload)
         await client.flush()
-    while (await js.stream_info(EVENTS_STREAM)).state.last_seq < members * flips:
-        await asyncio.sleep(0.05)
+
+    async def all_stored() -> bool:
+        return bool((await js.stream_info(EVENTS_STREAM)).state.last_seq >= members * flips)
+
+    await eventually(all_stored, timeout=120, interval=0.05, message="every flip stored")
     state = (await js.stream_info(EVENTS_STREAM)).state
-    elapsed = time.monotonic() - started
     assert state.last_seq == members * flips
     assert state.messages == members * per_facet  # 10,000 of 25,000
     assert state.bytes < members * per_facet * 512, state.bytes
     latest = await js.get_last_msg(EVENTS_STREAM, subjects[-1])
     assert latest.seq == members * flips  # every member's latest health is kept
-    assert elapsed < 20, elapsed

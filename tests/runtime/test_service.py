@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -302,11 +302,14 @@ async def test_a_trace_started_by_a_producer_is_continued_by_the_consumer(
     key = member("traced")
     with trace.get_tracer("test").start_as_current_span("user applies a member") as producer_span:
         stored = await store.append(key.subject(), applied(key, 1))
-    await eventually(lambda: service.acked.get(key) == 1, message="handled")
     assert stored.trace.traceparent
     producer_context = producer_span.get_span_context()
-    consumer = [s for s in spans.get_finished_spans() if s.name == "acker reconcile" and s.attributes.get("jetway.resource") == str(key)]
-    assert consumer, [s.name for s in spans.get_finished_spans()]
+
+    def consumer_spans() -> list[ReadableSpan]:  # the span ends a few loop turns after the handler has acked
+        return [s for s in spans.get_finished_spans() if s.name == "acker reconcile" and s.attributes.get("jetway.resource") == str(key)]
+
+    consumer = await eventually(consumer_spans, message="handled, and its span ended")
+    assert service.acked.get(key) == 1
     assert consumer[0].context.trace_id == producer_context.trace_id
     assert consumer[0].parent is not None and consumer[0].parent.span_id == producer_context.span_id
     # the decision the consumer recorded carries the same trace onward

@@ -50,13 +50,19 @@ async def phases_of(kube: Kube, namespace: str, name: str) -> AsyncIterator[list
     """Every phase the ModelDeployment's status shows, in order, while the block runs."""
     seen: list[str] = []
 
+    def note(obj: dict[str, Any]) -> None:
+        phase = (obj.get("status") or {}).get("phase")
+        if obj.get("metadata", {}).get("name") == name and phase and (not seen or seen[-1] != phase):
+            seen.append(phase)
+
+    # list, then watch from the list's version: a watch task that opens late misses nothing
+    items, version = await kube.list(MDV, "ModelDeployment", namespace)
+    for item in items:
+        note(item)
+
     async def follow() -> None:
-        async for _, obj in kube.watch(MDV, "ModelDeployment", "", namespace=namespace, timeout=120):
-            if obj.get("metadata", {}).get("name") != name:
-                continue
-            phase = (obj.get("status") or {}).get("phase")
-            if phase and (not seen or seen[-1] != phase):
-                seen.append(phase)
+        async for _, obj in kube.watch(MDV, "ModelDeployment", version, namespace=namespace, timeout=120):
+            note(obj)
 
     task = asyncio.create_task(follow())
     try:
