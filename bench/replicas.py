@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,18 +37,12 @@ from contracts.subjects import ALL_PARTITIONS, WORKLOAD, Key, kind_filter
 from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.leases import BUCKET, Leases, bucket
-from runtime.natsserver import NatsServer
+from runtime.natsserver import NatsServer, free_port
 from tests.contracts.cases import MD
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("selector", "storage", "workload")
 NAMESPACES = 64
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

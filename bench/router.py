@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,15 +29,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from runtime.natsserver import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 MASTER_KEY = "sk-0123456789abcdef0123456789abcdef0123456789abcdef"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pinned(core: int, command: list[str]) -> list[str]:

@@ -39,7 +39,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.router import free_port, pinned, wait_http
+from bench.router import pinned, wait_http
+from runtime.natsserver import free_port
 from tests.support.vllm_sim import SimParams, VllmSimulator
 
 ROOT = Path(__file__).resolve().parent.parent

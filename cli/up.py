@@ -119,7 +119,8 @@ async def run_demo(config: ClientConfig) -> None:
     if status >= 300:
         raise RuntimeError(f"demo: apply failed ({status}): {body}")
     say(f"demo: applied InferencePoolMember/{name} ({body['action']}, generation {body['generation']})")
-    for _ in range(200):
+    deadline = loop.time() + 30  # a busy machine may take a while to probe it; the chat below says if it never was
+    while loop.time() < deadline:
         status, listing, _ = await loop.run_in_executor(None, _http, "GET", f"{config.router_url}/models")
         if status == 200 and any(m["id"] == model for m in listing.get("data", [])):
             break

@@ -186,11 +186,21 @@ class NatsServer:
         return self.start()
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now: for a cluster's routes, which every member must know before any starts."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    """A port free now, for a process that binds it later (a cluster's routes, which every member must know
+    before any starts; a test's or benchmark's servers). Never one handed out before by this process: the
+    kernel may give two closed probes the same port."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise OSError("no free port left to hand out")
 
 
 @dataclass

@@ -36,7 +36,7 @@ async def test_a_client_without_the_password_is_refused_and_the_password_never_s
 
         # the clients that should get in, do: they read the URL with its credentials from jetway.json
         config = json.loads((data / "jetway.json").read_text())
-        client = await nats.connect(config["nats_url"], allow_reconnect=False, connect_timeout=2)
+        client = await nats.connect(config["nats_url"], allow_reconnect=False, connect_timeout=10)
         try:
             await client.flush()
             assert client.is_connected

@@ -17,7 +17,6 @@ import contextlib
 import ctypes
 import json
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from runtime.natsserver import free_port
 from tests.cluster import pki
 
 COMPACTION_INTERVAL = "5s"
@@ -51,12 +51,6 @@ CONTROLLERS = (
 
 class ControlPlaneError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

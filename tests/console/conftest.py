@@ -48,9 +48,12 @@ async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
 async def browser() -> AsyncIterator[Any]:
     """A headless chromium for one test, launched on the test's loop."""
     try:
-        from playwright.async_api import async_playwright
+        from playwright.async_api import async_playwright, expect
     except ImportError:
         required_or_skip(f"playwright is not installed: {NO_BROWSER}")
+    # every expectation waits as long as the tests' explicit ones (5 s by default): the pages follow event streams
+    # and fetches on a machine whose two cores also run the services and chromium
+    expect.set_options(timeout=20_000)
     path = chromium_path()
     if path is None:
         required_or_skip(f"no chromium found: {NO_BROWSER}")

@@ -332,7 +332,9 @@ async def test_the_skip_link_and_every_page_from_the_header_by_keyboard(page: An
     # from a list to an item: Tab to a provider's link, Enter
     await tab_to(page, nav.get_by_role("link", name="Providers"), backwards=True)
     await page.keyboard.press("Enter")
-    await tab_to(page, page.get_by_role("link", name="kaito", exact=True))
+    kaito = page.get_by_role("link", name="kaito", exact=True)
+    await expect(kaito).to_be_visible(timeout=TIMEOUT)  # the rows come with the page's event stream, a moment later
+    await tab_to(page, kaito)
     await page.keyboard.press("Enter")
     await expect(page).to_have_url(f"{stack.api_url}/ui/#/providers/kaito")
     await expect(page.get_by_role("heading", level=1)).to_contain_text("KAITO", timeout=TIMEOUT)

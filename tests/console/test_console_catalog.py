@@ -115,9 +115,11 @@ async def test_the_providers_page_shows_readiness_rules_install_steps_and_crd_ch
     await expect(install.get_by_role("status").filter(has_text="Copied")).to_have_count(1)
     assert await page.evaluate("() => navigator.clipboard.readText()") == command
     await install.get_by_role("button", name="Copy helm repo kaito").click()
-    assert (
-        await page.evaluate("() => navigator.clipboard.readText()")
-        == "helm repo add kaito https://kaito-project.github.io/kaito/charts/kaito"
+    # the copy lands when the clipboard's promise settles: wait for it, not for the click
+    await page.wait_for_function(
+        "text => navigator.clipboard.readText().then(found => found === text)",
+        arg="helm repo add kaito https://kaito-project.github.io/kaito/charts/kaito",
+        timeout=TIMEOUT,
     )
 
     crd = page.get_by_role("table", name="CRD checks").locator('tr[data-crd="workspaces.kaito.sh"]')

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from tests.support.cli import ROOT, jetway_command
 from tests.support.waiting import eventually_sync
 
-BOUND = 2.0  # seconds: no answer may take longer (a bound on the client, not a measurement)
+BOUND = 10.0  # seconds: no answer may take longer (a bound on the client that catches a hang, not a measurement)
 KINDS = ["ModelDeployment", "InferencePoolMember", "InferenceProviderConfig", "AgentDeployment", "AgentProviderConfig", "Bogus"]
 HOSTILE = ["*", ">", ".", "a.b", "a b", "\x00", "\x7f", "\n", "é", "_", "-" * 70, "x" * 300, "../etc", "a*>", "$JS.API"]
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])

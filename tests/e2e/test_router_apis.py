@@ -79,7 +79,7 @@ async def test_openai_apis_plain_and_streamed(stack: Stack, upstream: FakeOpenAI
     audio = b"RIFF" + bytes(range(256)) * 40
     transcript = await client.audio.transcriptions.create(model="qwen", file=("speech.wav", audio, "audio/wav"))
     assert transcript.text == f"vllm: heard {len(audio)} bytes"
-    heard = upstream.requests[-1]
+    heard = upstream.completions[-1]  # probes ask /v1/models meanwhile
     assert heard.path == "/v1/audio/transcriptions" and heard.body == {"model": "qwen", "file_bytes": len(audio)}
     assert heard.authorization == f"Bearer {TOKEN}", "the member's token, not the client's"
     await client.close()
@@ -89,7 +89,7 @@ async def test_anthropic_messages_plain_and_streamed(stack: Stack, upstream: Fak
     client = anthropic_client(stack)
     message = await client.messages.create(model="qwen", max_tokens=32, messages=[{"role": "user", "content": "bonjour"}])
     assert message.content[0].type == "text" and message.content[0].text == "vllm: bonjour"
-    seen = upstream.requests[-1]
+    seen = upstream.completions[-1]
     assert seen.path == "/v1/messages" and seen.headers["anthropic-version"] and seen.headers["x-api-key"] == TOKEN
     async with client.messages.stream(model="qwen", max_tokens=32, messages=[{"role": "user", "content": "x y"}]) as stream:
         text = await stream.get_final_text()

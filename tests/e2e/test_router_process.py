@@ -6,24 +6,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from runtime.natsserver import free_port
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_metrics_on_the_health_port_and_a_drain_on_sigterm(stack: Stack, upstreams: list[FakeOpenAI], tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
 from tests.support.waiting import eventually
 
-TTL = 4.0
+TTL = 8.0  # renewed every 2 s: a loaded machine starving one renewal must not move a partition mid-test
 
 
 @contextlib.asynccontextmanager
@@ -125,5 +125,9 @@ async def served(base: str, model: str) -> bool:
 
 async def assert_status_healthy(stack: Stack, names: list[str]) -> None:
     for name in names:
-        condition = await stack.condition(name, "Healthy")
-        assert condition is not None and condition["status"] == "True", (name, condition)
+
+        async def healthy(n: str = name) -> bool:  # the watcher's status follows the records through the stream
+            condition = await stack.condition(n, "Healthy")
+            return condition is not None and condition["status"] == "True"
+
+        await eventually(healthy, timeout=15, message=f"{name} Healthy in its status")

@@ -247,11 +247,11 @@ async def test_dependents_are_garbage_collected(cluster: Cluster) -> None:
     child["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]
     await cluster.kube.create(child)
     await cluster.kube.delete("v1", "ConfigMap", "owner", cluster.namespace)
-    for _ in range(100):
-        if await cluster.kube.get_or_none("apps/v1", "Deployment", "child", cluster.namespace) is None:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the dependent was not collected")
+
+    async def collected() -> bool:
+        return await cluster.kube.get_or_none("apps/v1", "Deployment", "child", cluster.namespace) is None
+
+    await eventually(collected, timeout=60, interval=0.1, message="the dependent collected")
 
 
 async def test_discovery_changes_when_a_crd_is_added(cluster: Cluster) -> None:

@@ -23,10 +23,10 @@ import yaml
 from contracts.natsauth import PASSWORD_ENV, USER_ENV, new_password
 from contracts.natsauth import SERVICES as NATS_USERS
 from runtime.kube import Kube, KubeError
-from runtime.natsserver import NatsServer
+from runtime.natsserver import NatsServer, free_port
 from tests.cluster.thirdparty import gateway_api_crds
 from tests.kube.test_deploy_applied import KUBECTL
-from tests.kube.test_processes import SERVICES, free_port, processes
+from tests.kube.test_processes import SERVICES, processes
 from tests.support.cli import ROOT
 from tests.support.cluster import Cluster, RealServer, cluster_for_tests
 from tests.support.kubecases import MDV, condition, deployment_manifest, get_md, get_obj, listener, make_gateway, move_deployment, phase_is

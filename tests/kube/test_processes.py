@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.cluster.controlplane import free_port
+from runtime.natsserver import free_port
 from tests.contracts.cases import MD, changed
 from tests.support.cli import ROOT
 from tests.support.cluster import Cluster

@@ -23,12 +23,13 @@ from contracts.admission import admit
 from contracts.modeldeployment import ModelDeployment
 from contracts.rules.provider import check_named_provider
 from runtime.kube import Kube, KubeError
+from runtime.natsserver import free_port
 from services.watcher import certs, webhook
 from services.watcher.handlers import WatcherService
 from tests.contracts.cases import IPC, MD, changed
 from tests.kube.test_deploy_applied import KUBECTL
-from tests.kube.test_processes import free_port
 from tests.support.cluster import Cluster, RealServer, cluster_for_tests
+from tests.support.waiting import eventually
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 MDV = "airunway.ai/v1alpha1"
@@ -72,7 +73,7 @@ class Webhook:
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             "failurePolicy": "Ignore" if mutate else "Fail",  # as deploy/base/webhook.yaml and docs/cluster.md say
-            "timeoutSeconds": 5,
+            "timeoutSeconds": 15,  # a loaded test machine: a slow call must not be ignored (the mutation's policy)
             "clientConfig": {
                 "url": f"https://127.0.0.1:{self.port}/{'mutate' if mutate else 'validate'}",
                 "caBundle": base64.b64encode(self.issued.ca_pem).decode(),
@@ -104,6 +105,13 @@ async def called(real_server: RealServer) -> AsyncIterator[tuple[Cluster, Webhoo
         name = f"jetway-test-{cluster.namespace}"
         for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
             await cluster.kube.create(hook.configuration(kind, name, cluster.namespace))
+
+        async def in_force() -> bool:  # the API server reads the configurations from an informer: a moment later
+            _, refusal = await dry_run(cluster, manifest(cluster, "probe", **{"spec.model.id": "PLACEHOLDER-model-id"}))
+            stored, _ = await dry_run(cluster, manifest(cluster, "probe"))
+            return "validate.airunway.ai" in (refusal or "") and stored is not None and defaulted_by_webhook(cluster, stored)
+
+        await eventually(in_force, timeout=30, message="the webhook configurations in force")
         try:
             yield cluster, hook
         finally:
@@ -138,6 +146,28 @@ def manifest(cluster: Cluster, name: str, **changes: Any) -> dict[str, Any]:
     return changed(MD, {"metadata.name": name, "metadata.namespace": cluster.namespace, **changes})
 
 
+async def dry_run(cluster: Cluster, obj: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """A ModelDeployment created with dryRun=All: what would be stored, or the refusal."""
+    resource = await cluster.kube.served(MDV, "ModelDeployment")
+    try:
+        return dict(await cluster.kube.request("POST", resource.path(cluster.namespace), query=[("dryRun", "All")], body=obj)), None
+    except KubeError as exc:
+        return None, str(exc)
+
+
+def webhook_defaults(cluster: Cluster, name: str) -> dict[str, Any]:
+    """The spec's leaves as the mutating webhook writes them for `manifest(cluster, name)`."""
+    obj = manifest(cluster, name)
+    kind = {"group": "airunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"}
+    answer = webhook.review({"uid": "x", "kind": kind, "operation": "CREATE", "object": obj}, mutate=True)
+    return _leaves(next(op["value"] for op in json.loads(base64.b64decode(answer["patch"])) if op["path"] == "/spec"))
+
+
+def defaulted_by_webhook(cluster: Cluster, stored: dict[str, Any]) -> bool:
+    expected = webhook_defaults(cluster, stored["metadata"]["name"])
+    return {path: _leaves(stored["spec"]).get(path) for path in expected} == expected
+
+
 async def test_kubectl_apply_meets_the_webhook_refusals_defaults_and_its_failure_policy(called: tuple[Cluster, Webhook]) -> None:
     cluster, hook = called
 
@@ -156,18 +186,7 @@ async def test_kubectl_apply_meets_the_webhook_refusals_defaults_and_its_failure
     created = await apply(cluster, manifest(cluster, "qwen"))
     assert created.returncode == 0, created.stderr
     stored = await cluster.kube.get(MDV, "ModelDeployment", "qwen", cluster.namespace)
-    answer = webhook.review(
-        {
-            "uid": "x",
-            "kind": {"group": "airunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
-            "operation": "CREATE",
-            "object": manifest(cluster, "qwen"),
-        },
-        mutate=True,
-    )
-    defaulted = next(op["value"] for op in json.loads(base64.b64decode(answer["patch"])) if op["path"] == "/spec")
-    expected = _leaves(defaulted)
-    assert {path: _leaves(stored["spec"]).get(path) for path in expected} == expected
+    assert defaulted_by_webhook(cluster, stored)
 
     # webhook down: validation is closed (failurePolicy Fail) ...
     await hook.down()
@@ -178,10 +197,15 @@ async def test_kubectl_apply_meets_the_webhook_refusals_defaults_and_its_failure
     # ... and mutation open (failurePolicy Ignore): without the validating webhook the object is stored as
     # written, and the watcher applies the defaults again at ingest
     await cluster.kube.delete(ADMISSION, "ValidatingWebhookConfiguration", f"jetway-test-{cluster.namespace}")
+
+    async def validation_gone() -> bool:  # the API server's informer drops the configuration a moment later
+        return (await dry_run(cluster, manifest(cluster, "unmutated")))[0] is not None
+
+    await eventually(validation_gone, timeout=30, message="the validating configuration out of force")
     opened = await apply(cluster, manifest(cluster, "unmutated"))
     assert opened.returncode == 0, opened.stderr
     plain = await cluster.kube.get(MDV, "ModelDeployment", "unmutated", cluster.namespace)
-    added_by_webhook = set(expected) - set(_leaves(plain["spec"]))
+    added_by_webhook = set(webhook_defaults(cluster, "qwen")) - set(_leaves(plain["spec"]))
     assert added_by_webhook, "the mutating webhook added nothing the CRD's own defaults do not"
 
 
