@@ -25,6 +25,7 @@ from aiohttp import web
 
 from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
+from runtime.resources import Resources, ResourceState
 from services.console.kubeuser import KubeAsUser, KubeRefused
 from services.console.logins import CONSOLE_HEADER, COOKIE, SESSION_TTL, Access, Logins, access
 
@@ -101,6 +102,20 @@ async def readable(request: web.Request, gate: Gate, fail: Callable[..., web.Res
     if not await gate.may(request[CALLER], "get", info, key.namespace or None):
         return fail(403, f"you may not get {info.plural}{where(key.namespace)}", code="forbidden")
     return info, key
+
+
+async def readable_resource(
+    request: web.Request, gate: Gate, fail: Callable[..., web.Response], resources: Resources
+) -> tuple[KindInfo, ResourceState] | web.Response:
+    """What `readable` names, as the watcher's fold holds it; 404 when the fold holds no such resource."""
+    found = await readable(request, gate, fail)
+    if isinstance(found, web.Response):
+        return found
+    info, key = found
+    state = resources.items.get(key)
+    if state is None:
+        return fail(404, f"{info.kind}/{key.name} not found{where(key.namespace)}", code="not_found")
+    return info, state
 
 
 def bearer(request: web.Request) -> str:

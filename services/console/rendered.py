@@ -17,7 +17,7 @@ from aiohttp import web
 
 from contracts import yamlstream
 from contracts.events import Envelope
-from services.console.access import Gate, readable, where
+from services.console.access import Gate, readable_resource
 from services.watcher.handlers import WatcherService
 
 if TYPE_CHECKING:
@@ -37,14 +37,11 @@ def recorded_objects(decisions: Mapping[str, Envelope]) -> dict[str, list[Any]]:
 
 def route(watcher: WatcherService, gate: Gate, fail: Fail) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def rendered(request: web.Request) -> web.Response:
-        found = await readable(request, gate, fail)
+        found = await readable_resource(request, gate, fail, watcher.state.resources)
         if isinstance(found, web.Response):
             return found
-        info, key = found
-        state = watcher.state.resources.items.get(key)
-        if state is None:
-            return fail(404, f"{info.kind}/{key.name} not found{where(key.namespace)}", code="not_found")
-        text = yamlstream.recorded(info.kind, key.name, recorded_objects(state.decisions))
+        info, state = found
+        text = yamlstream.recorded(info.kind, state.key.name, recorded_objects(state.decisions))
         return web.Response(text=text, content_type=CONTENT_TYPE, charset="utf-8", headers={"Cache-Control": "no-store"})
 
     return rendered

@@ -28,9 +28,10 @@ from contracts.documents import DocumentError, load_json, load_yaml_all
 from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from runtime import metrics
+from runtime.resources import ResourceState
 from services.console import rendered
 from services.console import web as console_web
-from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes, known_kind, readable, requested_key, where
+from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes, known_kind, readable_resource, requested_key
 from services.console.kubeuser import KubeRefused
 from services.watcher.handlers import Refused, WatcherService
 
@@ -180,15 +181,8 @@ def build_app(
         items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
         return web.json_response({"kind": info.kind, "items": items})
 
-    async def find(request: web.Request) -> tuple[KindInfo, Any] | web.Response:
-        found = await readable(request, gate, error)
-        if isinstance(found, web.Response):
-            return found
-        info, key = found
-        state = watcher.state.resources.items.get(key)
-        if state is None:
-            return error(404, f"{info.kind}/{key.name} not found{where(key.namespace)}", code="not_found")
-        return info, state
+    async def find(request: web.Request) -> tuple[KindInfo, ResourceState] | web.Response:
+        return await readable_resource(request, gate, error, watcher.state.resources)
 
     async def get_one(request: web.Request) -> web.Response:
         found = await find(request)
