@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -70,16 +71,24 @@ class Context:
         return os.environ.get(name, default)
 
 
-def resync_seconds(environ: Mapping[str, str]) -> float:
-    """JETWAY_RESYNC_SECONDS (30), a positive number of seconds."""
-    text = environ.get("JETWAY_RESYNC_SECONDS", "30")
+def seconds_setting(environ: Mapping[str, str], name: str, default: float, *, most: float = math.inf) -> float:
+    """`name` from the environment, `default` when unset: a finite number of seconds above 0 and at most `most`."""
+    text = environ.get(name)
+    if text is None:
+        return default
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"JETWAY_RESYNC_SECONDS must be a positive number of seconds (got {text!r})")
+    if not (0 < value <= most and math.isfinite(value)):
+        bound = f", at most {most:g}" if math.isfinite(most) else ""
+        raise ValueError(f"{name} must be a positive number of seconds{bound} (got {text!r})")
     return value
+
+
+def resync_seconds(environ: Mapping[str, str]) -> float:
+    """JETWAY_RESYNC_SECONDS (30), a positive number of seconds."""
+    return seconds_setting(environ, "JETWAY_RESYNC_SECONDS", 30.0)
 
 
 SOURCES = ("contracts", "runtime", "services", "cli")

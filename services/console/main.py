@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -34,7 +35,7 @@ from contracts.admission import admit
 from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from contracts.subjects import Key
-from runtime.entry import Context, Stop
+from runtime.entry import Context, Stop, seconds_setting
 from runtime.service import Runnable, Runner, RunnerSettings
 from services.console import figures
 from services.console import web as console_web
@@ -45,6 +46,7 @@ from services.watcher.decide.apply import policy
 from services.watcher.handlers import WatcherService
 
 NAME = "console"
+RECHECK_ENV = "JETWAY_CONSOLE_RECHECK_SECONDS"  # how often the API server is asked again about a token
 SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=3)
 log = logging.getLogger("jetway.console")
 
@@ -180,6 +182,11 @@ def router_scraper(target: str, session: aiohttp.ClientSession, clock: Any = tim
     return scrape
 
 
+def recheck_seconds(environ: Mapping[str, str]) -> float:
+    """JETWAY_CONSOLE_RECHECK_SECONDS (60): how soon a revoked or expired token stops working, at most an hour."""
+    return seconds_setting(environ, RECHECK_ENV, WHO_TTL, most=3600)
+
+
 async def start(context: Context) -> list[Runnable]:
     projection = ConsoleProjection()
     runner = Runner(projection, context.nc, RunnerSettings(manage_streams=False))  # its NATS user may not change them
@@ -191,11 +198,9 @@ async def start(context: Context) -> list[Runnable]:
     kube = KubeAsUser(endpoint)
     router_url = context.env("JETWAY_ROUTER_URL", "http://jetway-router:8080/v1")
     try:
-        recheck = float(context.env("JETWAY_CONSOLE_RECHECK_SECONDS", str(WHO_TTL)))
-        if not 0 < recheck <= 3600:
-            raise ValueError
-    except ValueError:
-        raise SystemExit("console: JETWAY_CONSOLE_RECHECK_SECONDS must be a number of seconds, above 0 and at most 3600") from None
+        recheck = recheck_seconds(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"console: {exc}") from None
     metrics_target = context.env("JETWAY_ROUTER_METRICS", "jetway-router-metrics:8090")
 
     async def serve() -> Stop:
