@@ -20,7 +20,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.errors import BadSubjectError
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from contracts.natsauth import PASSWORD_ENV, USER_ENV, inbox_prefix
@@ -340,6 +340,12 @@ async def with_copies(make: Callable[[int], Awaitable[T]], what: str, *, deadlin
             return await make(1)
 
 
+def one_copy_on_a_cluster(info: StreamInfo) -> bool:
+    """A stream (or bucket) made with one copy while its cluster was still forming, or before it grew: it asks
+    for three again, which it keeps if the cluster can place them now."""
+    return info.config.num_replicas == 1 and info.cluster is not None and bool(info.cluster.name)
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, deadline: float, update: bool = True) -> None:
     try:
         info = await js.stream_info(str(config.name))
@@ -358,8 +364,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_rep
     kept = info.config.num_replicas
     if auto_replicas:
         config.num_replicas = kept  # an operator (or the first start) chose it; keep it
-        if kept == 1 and info.cluster is not None and info.cluster.name:
-            # made while the cluster was still forming, or before it grew: three copies if it can place them now
+        if one_copy_on_a_cluster(info):
             config.num_replicas = REPLICATED
     if update and _differs(info.config, config):
         try:

@@ -48,7 +48,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
 from runtime import metrics
-from runtime.bus import CANNOT_REPLICATE, with_copies
+from runtime.bus import CANNOT_REPLICATE, one_copy_on_a_cluster, with_copies
 
 log = logging.getLogger("jetway.leases")
 
@@ -165,7 +165,7 @@ async def _more_copies(js: JetStreamContext) -> None:
     """A bucket made with one copy on a cluster (it was still forming, or smaller) gets three once it can place them,
     as the streams do (runtime/bus.py); where it still cannot, it keeps one."""
     info = await js.stream_info(STREAM)
-    if info.config.num_replicas != 1 or info.cluster is None or not info.cluster.name:
+    if not one_copy_on_a_cluster(info):
         return
     info.config.num_replicas = 3
     try:
