@@ -35,6 +35,7 @@ class Target:
     module_dir: Path
     packages: tuple[str, ...]
     stamps: tuple[str, ...] = ()  # -X settings: what the binary reports as its version
+    tags: tuple[str, ...] = ()  # build tags: the features left out (containerd's storage drivers, say)
 
 
 _VERSION = "k8s.io/component-base/version"
@@ -76,7 +77,15 @@ def _locked(path: Path) -> Iterator[None]:
 def _count_packages(go: str, target: Target, env: dict[str, str]) -> int:
     """How many packages `go build` may compile (the non-standard dependencies): the progress bar's total."""
     listed = subprocess.run(
-        [go, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", *target.packages],
+        [
+            go,
+            "list",
+            "-deps",
+            *([f"-tags={','.join(target.tags)}"] if target.tags else []),
+            "-f",
+            "{{if not .Standard}}{{.ImportPath}}{{end}}",
+            *target.packages,
+        ],
         cwd=target.module_dir,
         capture_output=True,
         text=True,
@@ -92,7 +101,8 @@ def _build_target(go: str, target: Target, out: Path, env: dict[str, str], say: 
     names = ", ".join(p.rsplit("/", 1)[-1] for p in target.packages)
     say(f"building {names}: up to {total} packages")
     ldflags = " ".join(["-s", "-w", *(f"-X {stamp}" for stamp in target.stamps)])
-    command = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/", *target.packages]
+    tags = [f"-tags={','.join(target.tags)}"] if target.tags else []
+    command = [go, "build", "-v", "-trimpath", "-buildvcs=false", *tags, f"-ldflags={ldflags}", "-o", str(out) + "/", *target.packages]
     process = subprocess.Popen(command, cwd=target.module_dir, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     assert process.stderr is not None
     compiled, errors, last_report = 0, [], time.monotonic()
@@ -214,6 +224,63 @@ CONTROL_PLANE = GoBuild(
 build = CONTROL_PLANE.build
 cached_bin_dir = CONTROL_PLANE.cached_bin_dir
 
+CONTAINERD = "v2.4.2"
+CNI_PLUGINS = "v1.10.0"
+COREDNS = "v1.15.0"
+_CONTAINERD_VERSION = f"github.com/containerd/containerd/v2/version.Version={CONTAINERD}"
+# A node for the control plane (tests/cluster/node.py): the kubelet, scheduler and kube-proxy of the
+# same Kubernetes release as the API server (gomod/node: kube's go.mod and what they add), containerd 2 with its
+# runc shim (runc itself is Debian's), the CNI plugins, CoreDNS and the sandbox's pause process.
+NODE = GoBuild(
+    what="test node",
+    cache_env="JETWAY_NODE_CACHE",
+    cache_folder="node",
+    versions=f"kubernetes-{KUBERNETES}_containerd-{CONTAINERD}_cni-{CNI_PLUGINS}_coredns-{COREDNS}",
+    targets=(
+        Target(
+            GOMOD / "node",
+            ("k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kube-proxy"),
+            TARGETS[0].stamps,
+        ),
+        # the storage drivers the node does not use left out (btrfs, devmapper and zfs need cgo)
+        Target(
+            GOMOD / "containerd",
+            ("github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/ctr"),
+            (_CONTAINERD_VERSION,),
+            ("no_btrfs", "no_devmapper", "no_zfs", "urfave_cli_no_docs"),
+        ),
+        Target(
+            GOMOD / "containerd", ("github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",), (_CONTAINERD_VERSION,), ("no_grpc",)
+        ),
+        Target(
+            GOMOD / "nodeparts",
+            (
+                "github.com/containernetworking/plugins/plugins/main/bridge",
+                "github.com/containernetworking/plugins/plugins/main/loopback",
+                "github.com/containernetworking/plugins/plugins/ipam/host-local",
+                "github.com/containernetworking/plugins/plugins/meta/portmap",
+                "jetway.dev/testcluster/nodeparts/coredns",
+                "jetway.dev/testcluster/nodeparts/pause",
+            ),
+        ),
+    ),
+    binaries=(
+        "kubelet",
+        "kube-scheduler",
+        "kube-proxy",
+        "containerd",
+        "ctr",
+        "containerd-shim-runc-v2",
+        "bridge",
+        "loopback",
+        "host-local",
+        "portmap",
+        "coredns",
+        "pause",
+    ),
+    key_files=lambda: sorted(path for name in ("node", "containerd", "nodeparts") for path in (GOMOD / name).rglob("*") if path.is_file()),
+)
+
 
 if __name__ == "__main__":
-    sys.exit(CONTROL_PLANE.main())
+    sys.exit((NODE if sys.argv[1:] == ["node"] else CONTROL_PLANE).main())
