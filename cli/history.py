@@ -18,11 +18,13 @@ from cli.refs import parse_kind, parse_ref
 from contracts.cluster import DISCOVERY
 from contracts.events import Envelope, summary
 from contracts.subjects import ALL_EVENTS, OBSERVED, WATCHER, Key, kind_filter, matcher
-from runtime.bus import connect, ensure_streams
+from runtime.bus import Credentials, connect, ensure_streams
 from runtime.eventstore import EventStore, Item, Undecodable
 from runtime.resources import Resources
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
     from runtime.service import Service
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -96,12 +98,18 @@ def trimmed_notices(items: list[Item], expected: dict[str, int], first_seq: int,
     return notices
 
 
+async def _connect(url: str) -> Client:
+    """The event history's NATS: `jetway up`'s open server, or a cluster's as a reading user
+    (JETWAY_NATS_USER and JETWAY_NATS_PASSWORD, as the services take them; docs/cluster.md, "Replay")."""
+    return await connect(url, name="jetway-cli", connect_timeout=5, credentials=Credentials.from_env())
+
+
 async def events(
     url: str, ref: str | None, namespace: str | None, since: str | None, follow: bool, output: str, out: TextIO = sys.stdout
 ) -> int:
     subject, _ = target_filter(ref, namespace)
     since_seq, since_time = parse_point(since) if since else (None, None)
-    nc = await connect(url, name="jetway-cli", connect_timeout=5)
+    nc = await _connect(url)
     try:
         store = EventStore(nc, producer="cli")
         await ensure_streams(store.js, update=False)  # a reader never changes the services' retention
@@ -141,7 +149,7 @@ async def events(
 async def replay(url: str, ref: str | None, namespace: str | None, until: str | None, output: str, out: TextIO = sys.stdout) -> int:
     """Fold the stream up to a point and print what Jetway believed then."""
     until_seq, until_time = parse_point(until) if until else (None, None)
-    nc = await connect(url, name="jetway-cli", connect_timeout=5)
+    nc = await _connect(url)
     try:
         store = EventStore(nc, producer="cli")
         await ensure_streams(store.js, update=False)
@@ -241,7 +249,7 @@ async def rerun(
         return 2
     until_seq, until_time = parse_point(until) if until else (None, None)
     only = _resources(ref, namespace)
-    nc = await connect(url, name="jetway-cli", connect_timeout=5)
+    nc = await _connect(url)
     try:
         store = EventStore(nc, producer="cli")
         await ensure_streams(store.js, update=False)

@@ -33,6 +33,8 @@ from runtime.natsserver import free_port
 from tests.cluster import pki
 
 COMPACTION_INTERVAL = "5s"
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -46,6 +48,26 @@ CONTROLLERS = (
     # namespace holding a PVC would stay Terminating for the rest of the session
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
+)
+
+
+# With a node (tests/cluster/node.py), what a real cluster's controller manager also runs for pods that
+# really run: nodes' health and taints, Services' endpoints, StatefulSets and their volumes, disruption
+# budgets, quotas, and the garbage collection of pods a node lost.
+NODE_CONTROLLERS = (
+    *CONTROLLERS,
+    "node-lifecycle-controller",
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    "statefulset-controller",
+    "persistentvolume-binder-controller",
+    "disruption-controller",
+    "resourcequota-controller",
+    "daemonset-controller",
+    "ttl-after-finished-controller",
 )
 
 
@@ -78,9 +100,14 @@ class ControlPlane:
     bin_dir: Path
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="jetway-kube-")))
     compaction_interval: str = COMPACTION_INTERVAL
+    # where the API server listens and what it advertises; a node's pods reach it there (through the
+    # `kubernetes` Service, whose endpoint is then reconciled to this address)
+    address: str = "127.0.0.1"
+    with_nodes: bool = False  # kubelets join: the node controllers, endpoints, a client certificate for kubelets
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     server: str = ""
     ca_pem: bytes = b""
+    ca: pki.CertificateAuthority | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -131,13 +158,13 @@ class ControlPlane:
 
     def start(self, timeout: float = 180.0) -> ControlPlane:
         self.work.mkdir(parents=True, exist_ok=True)
-        ca = pki.CertificateAuthority.new()
+        ca = self.ca = pki.CertificateAuthority.new()
         self.ca_pem = ca.cert_pem
         ca_file = self._write("ca.crt", ca.cert_pem)
         serving = ca.issue(
             "kube-apiserver",
             dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
-            ips=("127.0.0.1",),
+            ips=tuple(dict.fromkeys(("127.0.0.1", self.address, *((KUBERNETES_SERVICE_IP,) if self.with_nodes else ())))),
             server=True,
         )
         admin = ca.issue("jetway-test-admin", organizations=("system:masters",))
@@ -146,7 +173,7 @@ class ControlPlane:
         serving_cert, serving_key = self._write("apiserver.crt", serving.cert_pem), self._write("apiserver.key", serving.key_pem, True)
         sa_key, sa_pub = self._write("sa.key", sa_private, True), self._write("sa.pub", sa_public)
 
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port(self.address)
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._spawn(
             "etcd",
@@ -164,18 +191,31 @@ class ControlPlane:
         )
         self._wait("etcd", f"{etcd_url}/health", None, 30)
 
-        self.server = f"https://127.0.0.1:{api_port}"
+        self.server = f"https://{self.address}:{api_port}"
+        if self.with_nodes:
+            # a cluster as users run one: the watch cache on, etcd compacted every five minutes
+            history = ["--watch-cache=true"]
+            kubelet_client = ca.issue("kube-apiserver-kubelet-client", organizations=("system:masters",))
+            nodes = [
+                "--endpoint-reconciler-type=lease",
+                f"--kubelet-client-certificate={self._write('kubelet-client.crt', kubelet_client.cert_pem)}",
+                f"--kubelet-client-key={self._write('kubelet-client.key', kubelet_client.key_pem, True)}",
+                f"--kubelet-certificate-authority={ca_file}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        else:
+            # Watches are served by etcd, so a resourceVersion older than the last compaction gets 410
+            # Gone, as on a busy cluster whose watch cache has moved on. With the cache, a quiet test
+            # cluster would serve every old version from memory and no watch would ever expire.
+            history = [f"--etcd-compaction-interval={self.compaction_interval}", "--watch-cache=false"]
+            nodes = ["--endpoint-reconciler-type=none"]  # 127.0.0.1 is no address for the kubernetes Service's endpoints
         self._spawn(
             "kube-apiserver",
             [
                 f"--etcd-servers={etcd_url}",
-                f"--etcd-compaction-interval={self.compaction_interval}",
-                # Watches are served by etcd, so a resourceVersion older than the last compaction gets 410
-                # Gone, as on a busy cluster whose watch cache has moved on. With the cache, a quiet test
-                # cluster would serve every old version from memory and no watch would ever expire.
-                "--watch-cache=false",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                *history,
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={api_port}",
                 f"--tls-cert-file={serving_cert}",
                 f"--tls-private-key-file={serving_key}",
@@ -183,9 +223,9 @@ class ControlPlane:
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=Node,RBAC",
-                "--endpoint-reconciler-type=none",  # 127.0.0.1 is no address for the kubernetes Service's endpoints
+                *nodes,
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--cert-dir={self.work / 'apiserver-certs'}",
@@ -209,7 +249,7 @@ class ControlPlane:
             "kube-controller-manager",
             [
                 f"--kubeconfig={manager_config}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(NODE_CONTROLLERS if self.with_nodes else CONTROLLERS)}",
                 "--use-service-account-credentials=true",  # each controller as its own service account, as clusters run it
                 f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={ca_file}",
@@ -219,6 +259,15 @@ class ControlPlane:
         )
         self._wait_for_default_service_account(admin_context, timeout)
         return self
+
+    def client_kubeconfig(self, name: str, common_name: str, organizations: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig (in the work folder, `<name>.kubeconfig`) for a client certificate this plane's CA issues:
+        a node's kubelet is `system:node:<node>` in `system:nodes`, its kube-proxy `system:kube-proxy`."""
+        assert self.ca is not None, "start() first"
+        pair = self.ca.issue(common_name, organizations=organizations)
+        user = {"client-certificate-data": _b64(pair.cert_pem), "client-key-data": _b64(pair.key_pem)}
+        document = kubeconfig_document(self.server, self.ca_pem, user)
+        return self._write(f"{name}.kubeconfig", yaml.safe_dump(document).encode(), True)
 
     def _wait_for_default_service_account(self, context: ssl.SSLContext, timeout: float) -> None:
         """The controller manager is up once it has made the default namespace's ServiceAccount (pods need it)."""

@@ -47,6 +47,7 @@ import dataclasses
 import hashlib
 import json
 import signal
+import sys
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -729,8 +730,39 @@ async def _serve(arguments: argparse.Namespace) -> None:
         await stopping.wait()
 
 
+def _vllm_arguments() -> argparse.ArgumentParser:
+    """`serve`: vLLM's own command line (`vllm serve`), as Jetway renders it for an engine image. The flags the
+    simulator models map onto its parameters; every other vLLM flag (`--gpu-memory-utilization 0.9`, say) is
+    accepted and has no effect."""
+    parser = argparse.ArgumentParser(prog="vllm_sim.py serve", description="vLLM's flags, served by the simulator.")
+    parser.add_argument("--model", default="m", help="the model; its name unless --served-model-name is given")
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--host", default="0.0.0.0")  # vLLM listens on every interface unless told
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--max-model-len", type=int, default=SimParams.max_model_len)
+    parser.add_argument("--max-num-seqs", type=int, default=SimParams.max_running)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    return parser
+
+
+def vllm_command_line(argv: Sequence[str]) -> argparse.Namespace:
+    """vLLM's flags as the simulator's own arguments (what `main(["serve", ...])` serves)."""
+    given, _ignored = _vllm_arguments().parse_known_args(argv)
+    arguments = _arguments().parse_args([])
+    arguments.models = given.served_model_name or [given.model]
+    arguments.host, arguments.port, arguments.api_key = given.host, given.port, given.api_key
+    arguments.max_model_len, arguments.max_running = given.max_model_len, given.max_num_seqs
+    arguments.prefix_caching = given.enable_prefix_caching
+    return arguments
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    asyncio.run(_serve(_arguments().parse_args(argv)))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        asyncio.run(_serve(vllm_command_line(argv[1:])))
+    else:
+        asyncio.run(_serve(_arguments().parse_args(argv)))
 
 
 if __name__ == "__main__":
