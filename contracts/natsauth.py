@@ -199,7 +199,8 @@ def snapshot_subjects(runner: str) -> list[str]:
     stream = f"OBJ_{bucket}"
     return [
         f"$O.{bucket}.>",  # its chunks and its meta entry (put)
-        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "MSG.GET", "PURGE")),  # bind, make, meta, old chunks
+        # bind, make, raise to three copies (runtime/snapshots.py, as the lease bucket), meta, old chunks
+        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE", "MSG.GET", "PURGE")),
         f"$JS.API.CONSUMER.CREATE.{stream}",  # an ordered consumer reads the chunks back
         f"$JS.FC.{stream}.>",  # its flow control
     ]

@@ -32,6 +32,7 @@ EVENTS_STREAM = "JETWAY_EVENTS"
 DLQ_STREAM = "JETWAY_DLQ"
 DUPLICATE_WINDOW = 120.0  # seconds in which a repeated Nats-Msg-Id is absorbed
 REPLICATED = 3  # a stream's copies on a cluster: one node may fail and a majority still stands
+LEADER_WAIT = 15.0  # seconds a stream whose copies changed is given to elect a leader
 # The server's answers to "place 3 replicas" on a single server or too small a cluster.
 CANNOT_REPLICATE = {10074, 10023, 10005}  # replicas not supported non-clustered; insufficient resources; no peers
 NOT_CLUSTERED = 10074  # the only one of them that is final: the others are also what a cluster still forming says
@@ -346,6 +347,60 @@ def one_copy_on_a_cluster(info: StreamInfo) -> bool:
     return info.config.num_replicas == 1 and info.cluster is not None and bool(info.cluster.name)
 
 
+# NATS up, but the call not answered (yet): no reply in time, nobody listening, JetStream without a leader (503)
+UNANSWERED = (TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError)
+START_PATIENCE = 120.0  # seconds a start-up call is tried again while NATS does not answer it
+
+
+async def patiently(call: Callable[[], Awaitable[T]], what: str, stopping: asyncio.Event, *, patience: float = START_PATIENCE) -> T:
+    """`call()`, made again after a backoff (0.5 s doubling to 10 s) while NATS leaves it unanswered: a cluster still
+    electing its leaders, or a node too loaded to answer in time. On the first real node every service's start met
+    this, and exiting on it only restarted the process into the same wait. Past `patience` the error stands (NATS is
+    gone for good: the process exits and its supervisor restarts it); a set `stopping` ends the wait at once."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + patience, 0.5
+    while True:
+        try:
+            return await call()
+        except UNANSWERED as exc:
+            if stopping.is_set() or loop.time() + delay > deadline:
+                raise
+            log.warning("%s: NATS did not answer (%s); trying again in %.1f s", what, type(exc).__name__, delay)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), delay)
+            delay = min(delay * 2, 10.0)
+
+
+async def more_copies(js: JetStreamContext, stream: str, what: str) -> None:
+    """A bucket's stream made with one copy on a cluster gets three once the cluster can place them, as the
+    event streams do (`_ensure_stream`); where it still cannot, it keeps one."""
+    info = await js.stream_info(stream)
+    if not one_copy_on_a_cluster(info):
+        return
+    info.config.num_replicas = REPLICATED
+    try:
+        await js.update_stream(info.config)
+    except APIError as exc:
+        if exc.err_code not in CANNOT_REPLICATE:
+            raise
+        return
+    await until_led(js, stream)
+    log.info("%s: raised to three copies", what)
+
+
+async def until_led(js: JetStreamContext, stream: str, timeout: float = LEADER_WAIT) -> None:
+    """Wait (bounded) for a stream whose copies just changed to have a leader again: until it has one, a write to it
+    goes unanswered (a 5 s timeout for the first put after the change, seen on a cluster)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        info = await js.stream_info(stream)
+        if info.cluster is None or info.cluster.leader:
+            return
+        await asyncio.sleep(0.05)
+    log.warning("stream %s: no leader %.0f s after its copies changed; writes wait for one", stream, timeout)
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, deadline: float, update: bool = True) -> None:
     try:
         info = await js.stream_info(str(config.name))
@@ -376,19 +431,21 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_rep
             if not _differs(info.config, config):
                 return
             await js.update_stream(config)
+        if config.num_replicas != kept:
+            await until_led(js, str(config.name))
         log.info("stream %s: settings updated (retention, limits or copies changed)", config.name)
 
 
+# What Jetway sets on each stream (StreamSettings.events and .dead_letters), and so compares: the server fills in the
+# rest with its own defaults (max_bytes -1, a 120 s duplicate window, no direct get), which are no change. Comparing
+# those too updated the dead-letter stream at every shard's start (119 times in one run).
+_SET = ("subjects", "num_replicas", "max_age")
+SET_BY_JETWAY = {
+    EVENTS_STREAM: (*_SET, "max_bytes", "max_msgs_per_subject", "duplicate_window", "allow_direct", "deny_delete", "deny_purge"),
+    DLQ_STREAM: _SET,
+}
+
+
 def _differs(current: StreamConfig, wanted: StreamConfig) -> bool:
-    fields = (
-        "subjects",
-        "num_replicas",
-        "max_bytes",
-        "max_age",
-        "max_msgs_per_subject",
-        "duplicate_window",
-        "allow_direct",
-        "deny_delete",
-        "deny_purge",
-    )
-    return any(getattr(current, f) != getattr(wanted, f) for f in fields)
+    """Whether the stream lacks a setting Jetway asks for."""
+    return any(getattr(current, f) != getattr(wanted, f) for f in SET_BY_JETWAY.get(str(wanted.name), _SET))

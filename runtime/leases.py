@@ -48,7 +48,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
 from runtime import metrics
-from runtime.bus import CANNOT_REPLICATE, one_copy_on_a_cluster, with_copies
+from runtime.bus import more_copies, with_copies
 
 log = logging.getLogger("jetway.leases")
 
@@ -144,7 +144,7 @@ async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
     except (NotFoundError, nats.js.errors.BucketNotFoundError):
         pass
     else:
-        await _more_copies(js)
+        await more_copies(js, STREAM, f"bucket {BUCKET}")
         return found
 
     async def create(replicas: int) -> KeyValue:
@@ -159,22 +159,6 @@ async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
         if exc.err_code == 10058:  # made meanwhile by another replica
             return await js.key_value(BUCKET)
         raise
-
-
-async def _more_copies(js: JetStreamContext) -> None:
-    """A bucket made with one copy on a cluster (it was still forming, or smaller) gets three once it can place them,
-    as the streams do (runtime/bus.py); where it still cannot, it keeps one."""
-    info = await js.stream_info(STREAM)
-    if not one_copy_on_a_cluster(info):
-        return
-    info.config.num_replicas = 3
-    try:
-        await js.update_stream(info.config)
-    except APIError as exc:
-        if exc.err_code not in CANNOT_REPLICATE:
-            raise
-        return
-    log.info("bucket %s: raised to three copies", BUCKET)
 
 
 class Leases:

@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import logging
 import time
@@ -61,7 +62,7 @@ from opentelemetry.trace import Status, StatusCode
 from contracts.events import Envelope, Event, UndecodableEvent, decode, type_tag
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX, GLOBAL, GLOBAL_KINDS, Key, facet_filter, matcher, partition_filter, subject_partition
 from runtime import metrics, telemetry
-from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, streams_from_env
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, patiently, streams_from_env
 from runtime.eventstore import Conflict, EventStore, Item, Undecodable, msg_seq
 from runtime.snapshots import Codec, Restored, SnapshotSettings, SnapshotStore, Unusable, settings_from_env
 
@@ -389,7 +390,10 @@ class Runner:
             self._fold_item(item, wanted=True)  # scan's `select` matched it
 
         for feed in self.feeds:
-            last = await self.store.scan(feed.filter, fold_item, select=self.wants, since_seq=self.covered.get(feed.label, 0) + 1)
+            # scanned again from the same point if NATS leaves it unanswered: what was folded already is skipped (`fold`)
+            start = self.covered.get(feed.label, 0) + 1
+            scan = functools.partial(self.store.scan, feed.filter, fold_item, select=self.wants, since_seq=start)
+            last = await patiently(scan, f"{self.name}: rebuilding from {feed.label}", self._stopping)
             self.covered[feed.label] = max(self.covered.get(feed.label, 0), last)
         # what was replayed counts toward the next snapshot: a long replay is followed by one
         self._folds_at_snapshot, self._snapshot_at = 0, time.monotonic()
@@ -788,7 +792,11 @@ class Runner:
 
     async def run(self) -> None:
         """Rebuild, reconcile what is known, then follow the stream until `stop()`."""
-        await ensure_streams(self.js, self.settings.streams, update=self.settings.manage_streams)
+        await patiently(
+            lambda: ensure_streams(self.js, self.settings.streams, update=self.settings.manage_streams),
+            f"{self.name}: streams",
+            self._stopping,
+        )
         await self.rebuild()
         self.service.rebuilt()
         if self._snapshot_due():

@@ -24,6 +24,7 @@ One mechanism for every service (docs/event-store.md, "Snapshots"):
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import enum
@@ -41,16 +42,18 @@ from typing import Any
 import msgspec
 import pydantic
 from nats.js import JetStreamContext, api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 from nats.js.object_store import ObjectStore
 
 from runtime import metrics
+from runtime.bus import more_copies, with_copies
 
 log = logging.getLogger("jetway.snapshots")
 
 FORMAT = 2  # the layout of `Snapshot` itself (2: `covered` per followed filter)
 OBJECT = "projection"
 BUCKET_PREFIX = "jetway-snapshots-"
+PLACEMENT_WAIT = 30.0  # seconds a forming cluster is given to place a new store's three copies (as the lease bucket)
 
 
 def bucket_of(runner: str) -> str:
@@ -421,15 +424,30 @@ class SnapshotStore:
         self._written = metrics.SNAPSHOTS_WRITTEN.labels(runner)  # `runner` is the service's name
 
     async def _bucket(self) -> ObjectStore:
+        """The store, made on first use with the event streams' copies (three on a cluster): a snapshot that lived on
+        one node would be lost with it, and every shard of the service would replay from the start."""
         if self._store is None:
             try:
                 self._store = await self.js.object_store(self.bucket)
             except NotFoundError:
-                config = api.ObjectStoreConfig(
-                    bucket=self.bucket, description="the runner's projection, and the stream sequence it covers", replicas=1
-                )
-                self._store = await self.js.create_object_store(self.bucket, config)
+                self._store = await self._create()
+            else:
+                await more_copies(self.js, self.stream, f"bucket {self.bucket}")
         return self._store
+
+    async def _create(self) -> ObjectStore:
+        async def create(replicas: int) -> ObjectStore:
+            config = api.ObjectStoreConfig(
+                bucket=self.bucket, description="the runner's projection, and the stream sequence it covers", replicas=replicas
+            )
+            return await self.js.create_object_store(self.bucket, config)
+
+        try:
+            return await with_copies(create, f"bucket {self.bucket}", deadline=asyncio.get_running_loop().time() + PLACEMENT_WAIT)
+        except APIError as exc:
+            if exc.err_code != 10058:  # made meanwhile by another replica or shard
+                raise
+            return await self.js.object_store(self.bucket)
 
     async def put(self, data: bytes) -> None:
         await (await self._bucket()).put(self.object, data)

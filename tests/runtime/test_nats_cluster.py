@@ -5,19 +5,23 @@ over the other two and every deployment converges."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from nats.js.api import KeyValueConfig
+from nats.js.api import KeyValueConfig, ObjectStoreConfig
 
-from contracts.subjects import kind_filter
+from contracts.events import ResourceApplied
+from contracts.subjects import Key, kind_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.leases import BUCKET, bucket
 from runtime.leases import STREAM as LEASES_STREAM
 from runtime.natsserver import NatsCluster, free_port
-from runtime.service import Runner
+from runtime.service import Runner, RunnerSettings
+from runtime.snapshots import SnapshotSettings, SnapshotStore
+from tests.support.ack_service import AckService
 from tests.support.nats import NatsEndpoint, nats_cluster
 from tests.support.stack import Burst, Stack, running_pipeline, running_stack
 from tests.support.waiting import eventually
@@ -31,10 +35,10 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
         yield running
 
 
-async def test_the_streams_and_the_lease_bucket_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
+async def test_the_streams_the_lease_bucket_and_the_snapshots_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
     """...from a fresh cluster's first start (its peers may still be joining), and one made with a single copy (a
     cluster still forming, or smaller then) is raised to three by the next service to start. One cluster for all:
-    each costs seconds to form."""
+    each costs seconds to form. (The first real node found the snapshot stores at one copy: tests/node.)"""
     nc = await connect(cluster.url, name="test")
     try:
         js = nc.jetstream()
@@ -59,6 +63,15 @@ async def test_the_streams_and_the_lease_bucket_keep_three_copies_on_a_three_nod
         await js.create_key_value(KeyValueConfig(bucket=BUCKET, ttl=10.0, history=1, replicas=1, direct=True))
         await bucket(js, ttl=10.0)
         assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 3
+
+        snapshots = SnapshotStore(js, "selector")
+        await snapshots.put(b"state")
+        assert (await js.stream_info(snapshots.stream)).config.num_replicas == 3
+        await js.delete_object_store(snapshots.bucket)
+        await js.create_object_store(snapshots.bucket, ObjectStoreConfig(bucket=snapshots.bucket, replicas=1))
+        await SnapshotStore(js, "selector").put(b"state")  # the next start's store
+        assert (await js.stream_info(snapshots.stream)).config.num_replicas == 3
+        assert await SnapshotStore(js, "selector").get() == b"state"
     finally:
         await nc.close()
 
@@ -72,6 +85,9 @@ async def test_a_single_server_keeps_one_copy(nats: NatsEndpoint) -> None:
         assert (await js.stream_info(EVENTS_STREAM)).config.num_replicas == 1
         await bucket(js, ttl=10.0)
         assert (await js.stream_info(LEASES_STREAM)).config.num_replicas == 1
+        snapshots = SnapshotStore(js, "selector")
+        await snapshots.put(b"state")
+        assert (await js.stream_info(snapshots.stream)).config.num_replicas == 1
     finally:
         await nc.close()
 
@@ -126,3 +142,38 @@ def test_free_ports_are_never_handed_out_twice() -> None:
     routes, or a test's servers, would then be told to bind one port twice."""
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+async def test_a_service_started_while_its_stream_has_no_quorum_waits_then_rebuilds_everything(
+    cluster: NatsCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two of three nodes down: NATS answers no read of the stream. A service starting then (every pod of a fresh
+    install, on the first real node) waits and tries again, rather than exiting; once the nodes are back it
+    rebuilds every event, each once."""
+    nc = await connect(cluster.url, name="writer")
+    await ensure_streams(nc.jetstream())
+    store = EventStore(nc, producer="watcher")
+    for index in range(20):
+        key = Key("InferencePoolMember", "", f"m{index}")
+        await store.append(
+            key.subject(), ResourceApplied(kind=key.kind, namespace="", name=key.name, generation=1, spec={}), expected_seq=0
+        )
+    await nc.close()
+    for name in ("n1", "n2"):
+        await asyncio.to_thread(cluster.member(name).stop)
+    reader = await connect(cluster.member("n0").url, name="late-service")
+    service = AckService("late")
+    runner = Runner(service, reader, settings=RunnerSettings(snapshots=SnapshotSettings(enabled=False)))
+    task = asyncio.create_task(runner.run())
+    try:
+        caplog.set_level(logging.WARNING, logger="jetway.bus")
+        await eventually(lambda: task.done() or "NATS did not answer" in caplog.text, timeout=60, message="the service waiting")
+        assert not task.done() and not runner.ready.is_set()  # neither failed nor running on half a history
+        for name in ("n1", "n2"):
+            await asyncio.to_thread(cluster.member(name).start)
+        await asyncio.wait_for(runner.ready.wait(), 120)
+        assert sorted(service.generation) == sorted(Key("InferencePoolMember", "", f"m{i}") for i in range(20))
+    finally:
+        runner.stop()
+        await asyncio.gather(task, return_exceptions=True)
+        await reader.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from nats.aio.client import Client
 
@@ -96,3 +98,14 @@ async def test_a_year_of_probe_flips_on_1000_members_stays_bounded(client: Clien
     assert state.bytes < members * per_facet * 512, state.bytes
     latest = await js.get_last_msg(EVENTS_STREAM, subjects[-1])
     assert latest.seq == members * flips  # every member's latest health is kept
+
+
+async def test_ensure_streams_changes_nothing_when_the_settings_hold(client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    """The server's own defaults for what Jetway leaves unset are no difference: every shard of every service runs
+    this at its start, and each needless update is a round of the stream's consensus."""
+    js = client.jetstream()
+    await ensure_streams(js)
+    caplog.set_level(logging.INFO, logger="jetway.bus")
+    for _ in range(3):
+        await ensure_streams(js)
+    assert "settings updated" not in caplog.text
