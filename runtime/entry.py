@@ -34,7 +34,7 @@ from aiohttp import web
 from nats.aio.client import Client
 
 from runtime import logs, metrics, telemetry
-from runtime.bus import Credentials, connect, streams_from_env
+from runtime.bus import START_PATIENCE, Credentials, connect, redacted, streams_from_env
 from runtime.kube import Kube
 from runtime.leases import LeaseSettings, replica_id
 from runtime.process import settle_heap
@@ -151,7 +151,11 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], 
         leases = LeaseSettings.from_env(os.environ)
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
-    nc = await connect(os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222"), name=name, credentials=Credentials.from_env())
+    url = os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222")
+    # A pod may start before NATS does (a fresh install: the NATS pods wait for their volumes and a quorum): wait for
+    # it, rather than exit after the client's usual 10 s and crash-loop into the same wait (the first real node)
+    logging.getLogger("jetway").info("connecting to NATS at %s", redacted(url), extra={"service": name})
+    nc = await connect(url, name=name, credentials=Credentials.from_env(), connect_timeout=START_PATIENCE)
     kube = None
     if cluster_mode() and uses_kube:
         kube = await Kube.connect()
