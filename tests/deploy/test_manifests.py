@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import starlark as sl
 import yaml
 
 from cli.render import objects_for
@@ -32,6 +30,7 @@ from services.selector.decide import Provider
 from services.watcher.webhook import build_app
 from services.workload.providers import builtin_configs
 from tests.contracts.cases import MD, changed
+from tests.support import tiltfile
 from tests.support.cli import ROOT
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
@@ -346,108 +345,17 @@ def test_the_dockerfile_builds_the_image_the_manifests_run() -> None:
 # --- the Tiltfile -----------------------------------------------------------------------------
 
 
-class Tilt:
-    """Stub Tilt built-ins that check what the real ones would reject: missing paths, unknown
-    images, workloads and objects that the YAML does not contain, an object claimed twice."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.images: list[str] = []
-        self.objects: list[dict[str, Any]] = []
-        self.resources: dict[str, dict[str, Any]] = {}
-        self.claimed: set[str] = set()
-
-    def path(self, relative: str) -> Path:
-        found = (self.folder / relative).resolve()
-        assert found.exists(), f"{relative} does not exist (relative to {self.folder})"
-        return found
-
-    def builtins(self) -> dict[str, Callable[..., Any]]:
-        def docker_build(
-            ref: str,
-            context: str,
-            dockerfile: str = "Dockerfile",
-            only: list[str] | None = None,
-            live_update: list[Any] | None = None,
-            **_: Any,
-        ) -> None:
-            root = self.path(context)
-            self.path(dockerfile)
-            for item in only or []:
-                assert (root / item).exists(), f"docker_build only= names {item}, which is not in {root}"
-            self.images.append(ref)
-
-        def sync(local: str, remote: str) -> tuple[str, str, str]:
-            self.path(local)
-            assert remote.startswith("/app/"), remote
-            return ("sync", local, remote)
-
-        def fall_back_on(files: list[str]) -> tuple[str, list[str]]:
-            for item in files:
-                self.path(item)
-            return ("fall_back_on", files)
-
-        def kustomize(path: str) -> str:
-            built = subprocess.run(
-                [str(KUBECTL), "kustomize", str(self.path(path))], capture_output=True, text=True, timeout=60, check=False
-            )
-            assert built.returncode == 0, built.stderr
-            return built.stdout
-
-        def local(command: str, dir: str = "", quiet: bool = False, echo_off: bool = False, **_: Any) -> str:
-            # the one command the Tiltfile runs: the NATS passwords' Secret, never echoed to Tilt's log
-            assert command.startswith("jetway nats-users secret") and quiet and echo_off, command
-            self.path(dir or ".")
-            return subprocess.run(
-                [sys.executable, "-m", "cli.main", "nats-users", "secret"], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT
-            ).stdout
-
-        def k8s_yaml(text: str) -> None:
-            self.objects += [d for d in yaml.safe_load_all(text) if d]
-
-        def k8s_resource(
-            workload: str = "",
-            objects: list[str] | None = None,
-            new_name: str = "",
-            port_forwards: list[str] | None = None,
-            resource_deps: list[str] | None = None,
-            labels: list[str] | None = None,
-            **_: Any,
-        ) -> None:
-            if workload:
-                assert any(o["metadata"]["name"] == workload and o["kind"] in ("Deployment", "StatefulSet") for o in self.objects), workload
-            for selector in objects or []:
-                name, kind = selector.split(":")[:2]
-                matches = [o for o in self.objects if o["metadata"]["name"] == name and o["kind"].lower() == kind]
-                assert len(matches) == 1, f"{selector} selects {len(matches)} objects"
-                assert selector not in self.claimed, f"{selector} claimed twice"
-                self.claimed.add(selector)
-            for dep in resource_deps or []:
-                assert dep in self.resources, f"{workload or new_name} depends on {dep}, which is not defined before it"
-            for forward in port_forwards or []:
-                assert all(p.isdigit() for p in forward.split(":")), forward
-            self.resources[new_name or workload] = {"labels": labels or [], "forwards": port_forwards or []}
-
-        return {
-            "docker_build": docker_build,
-            "sync": sync,
-            "fall_back_on": fall_back_on,
-            "kustomize": kustomize,
-            "k8s_yaml": k8s_yaml,
-            "local": local,
-            "k8s_resource": k8s_resource,
-        }
-
-
-def test_the_tiltfile_loads_and_covers_the_whole_stack() -> None:
-    folder = ROOT / "tilt"
-    tilt = Tilt(folder)
-    dialect = sl.Dialect.extended()
-    dialect.enable_top_level_stmt = True  # as Tilt's Starlark allows
-    module = sl.Module()
-    for name, builtin in tilt.builtins().items():
-        module.add_callable(name, builtin)
-    sl.eval(module, sl.parse("Tiltfile", (folder / "Tiltfile").read_text(), dialect=dialect), sl.Globals.standard())
+@pytest.mark.parametrize("builder", ["docker", "buildah"])
+def test_the_tiltfile_loads_and_covers_the_whole_stack(builder: str) -> None:
+    tilt = tiltfile.load({"JETWAY_IMAGE_BUILDER": builder, "JETWAY_REGISTRY": "127.0.0.1:5000"})
+    (build,) = tilt.builds
+    assert tilt.registry == "127.0.0.1:5000"
+    synced = {remote for _, remote in build.syncs}
+    assert synced == {"/app/contracts", "/app/runtime", "/app/services", "/app/cli"}  # deploy/Dockerfile's /app
+    if builder != "docker":  # no daemon: the builder builds deploy/Dockerfile and pushes to the registry itself
+        assert build.pushes_itself and build.folder == ROOT
+        assert build.command.startswith("buildah build") and "-f deploy/Dockerfile" in build.command
+        assert "buildah push" in build.command and {ROOT / "pyproject.toml", ROOT / "services"} <= set(build.deps)
 
     images = {
         c["image"].split(":")[0] for o in tilt.objects if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
