@@ -468,10 +468,9 @@ state = "{root / "state"}"
 """
         (self.logs / "containerd.toml").write_text(config)
         self._spawn("containerd", ["containerd", "--config", str(self.logs / "containerd.toml")], in_namespace=True)
+        ctr = str(self.node_bin / "ctr")
         self._wait(
-            "containerd",
-            lambda: self.socket.exists() and _run(str(self.node_bin / "ctr"), f"--address={self.socket}", "version", check=False).returncode == 0,
-            30,
+            "containerd", lambda: self.socket.exists() and _run(ctr, f"--address={self.socket}", "version", check=False).returncode == 0, 30
         )
 
     @property
@@ -753,14 +752,16 @@ def node_cluster(
     control_plane_bin: Path, node_bin: Path, registry_bin: Path, logs: Path, say: Callable[[str], None] | None = None
 ) -> Iterator[NodeCluster]:
     """Build the images (cached by key), start the registry and push them, start the node; stop it all after."""
-    builder = ImageBuilder(**({"say": say} if say else {}))
+    builder = ImageBuilder(say) if say else ImageBuilder()
     built = build_all(builder, Path(nats_server_binary()), node_bin / "pause")
     registry = Registry(registry_bin, logs / "registry").start()
     try:
         started = time.monotonic()
         images = {image.name: builder.push(image, registry.host) for image in built.all()}
         builder.say(f"images pushed to {registry.host} in {time.monotonic() - started:.1f} s")
-        node = Node(control_plane_bin, node_bin, registry.host, images["pause"], logs, **({"say": say} if say else {}))
+        node = Node(control_plane_bin, node_bin, registry.host, images["pause"], logs)
+        if say:
+            node.say = say
         node.start()
         try:
             yield NodeCluster(node, registry, images, built)
