@@ -187,12 +187,18 @@ class NatsServer:
 
 
 _handed_out: set[int] = set()
+_next_in_range: dict[str, int] = {}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free now, for a process that binds it later (a cluster's routes, which every member must know
     before any starts; a test's or benchmark's servers). Never one handed out before by this process: the
-    kernel may give two closed probes the same port."""
+    kernel may give two closed probes the same port. With JETWAY_FREE_PORTS=LO-HI (parallel test workers,
+    each its own range below the kernel's ephemeral ports), ports come from that range in turn, so two
+    processes never hand out the same one."""
+    span = os.environ.get("JETWAY_FREE_PORTS")
+    if span:
+        return _from_range(host, span)
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((host, 0))
@@ -201,6 +207,23 @@ def free_port(host: str = "127.0.0.1") -> int:
             _handed_out.add(port)
             return port
     raise OSError("no free port left to hand out")
+
+
+def _from_range(host: str, span: str) -> int:
+    low, _, high = span.partition("-")
+    first, last = int(low), int(high)
+    size = last - first + 1
+    start = _next_in_range.get(span, first)
+    for step in range(size):  # round the range: a port handed out long ago and closed since is free again
+        port = first + (start - first + step) % size
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        _next_in_range[span] = port + 1
+        return port
+    raise OSError(f"no free port left in JETWAY_FREE_PORTS={span}")
 
 
 @dataclass

@@ -14,6 +14,25 @@ from tests.support.nats import NatsEndpoint, nats_endpoint
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (the README's test command runs workers in parallel) each worker hands out ports
+    from a range of its own below the kernel's ephemeral ones, so two workers never start servers on one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "JETWAY_FREE_PORTS" not in os.environ:
+        index, count = int(worker.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        width = (32000 - 10000) // max(count, 1)
+        low = 10000 + index * width
+        os.environ["JETWAY_FREE_PORTS"] = f"{low}-{low + width - 1}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test node is one per machine (its bridge, tables and containers are the host's): its tests run on
+    one worker, in order."""
+    for item in items:
+        if "tests/node/" in item.nodeid:
+            item.add_marker(pytest.mark.xdist_group("node"))
+
+
 @pytest.fixture
 def nats(tmp_path: Path) -> Iterator[NatsEndpoint]:
     """A fresh JetStream server with its own store, stopped after the test."""

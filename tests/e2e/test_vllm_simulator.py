@@ -348,3 +348,27 @@ async def test_the_command_line_serves_until_sigint(http: aiohttp.ClientSession)
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_serve_takes_vllms_own_command_line_as_an_engine_image_runs_it(http: aiohttp.ClientSession) -> None:
+    # the flags Jetway renders for a Direct vLLM deployment, and one the simulator does not model (accepted, no effect)
+    argv = ["serve", "--model", "Qwen/Qwen3-0.6B", "--served-model-name", "qwen", "qwen-alias", "--host", "127.0.0.1", "--port", "0"]
+    argv += ["--max-num-seqs", "3", "--max-model-len", "2048", "--no-enable-prefix-caching", "--gpu-memory-utilization", "0.9"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.vllm_sim", *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        banner = (await within(process.stdout.readline())).decode()
+        url = banner.split(" on ")[-1].strip()
+        async with http.get(f"{url}/sim/stats") as response:
+            stats = await response.json()
+        assert stats["models"] == ["qwen", "qwen-alias"]
+        assert (stats["params"]["max_running"], stats["params"]["max_model_len"]) == (3, 2048)
+        assert stats["params"]["prefix_caching"] is False
+        process.send_signal(signal.SIGTERM)
+        assert await within(process.wait()) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
