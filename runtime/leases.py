@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import nats.errors
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
@@ -250,9 +250,12 @@ class Leases:
             try:
                 revision = await kv.update(self.key(partition), self.replica.encode(), last=held.revision)
             except KeyWrongLastSequenceError:
-                log.warning("lease %s/%s of %s was taken over: giving it up", self.group, partition, self.replica)
-                self._lose(partition)
-                continue
+                reclaimed = await self._own_renewal(kv, partition)
+                if reclaimed is None:
+                    log.warning("lease %s/%s of %s was taken over: giving it up", self.group, partition, self.replica)
+                    self._lose(partition)
+                    continue
+                revision = reclaimed
             if partition in self.held:  # not lost meanwhile (its deadline passed while this update was out)
                 self._hold(partition, revision, sent)
         for partition, stopping in list(self._releasing.items()):
@@ -297,10 +300,12 @@ class Leases:
         )
         try:
             info = await sub.consumer_info()
-            pending = info.num_pending or 0
-            while pending > 0:
+            # what the consumer has for us: still on the server, and already pushed into this client's buffer
+            # (num_pending alone is 0 once the server has pushed every key, which read as an empty group)
+            remaining = (info.num_pending or 0) + (info.delivered.consumer_seq or 0 if info.delivered else 0)
+            while remaining > 0:
                 msg = await sub.next_msg(timeout=5)
-                pending = msg.metadata.num_pending or 0
+                remaining = msg.metadata.num_pending or 0
                 key = msg.subject[len(prefix) :]
                 deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in (msg.headers or {})
                 if deleted:
@@ -317,6 +322,23 @@ class Leases:
             {p: (self.replica if h == self.replica else h, rev) for p, (h, rev) in holders.items()},
             frozenset(self.replica if r == me else r for r in replicas),
         )
+
+    async def _own_renewal(self, kv: KeyValue, partition: str) -> int | None:
+        """A renewal refused for its revision: if the key still names this replica, the revision was moved by its
+        own earlier renewal whose reply was lost (a NATS node lost mid-request), not by a takeover, since another
+        replica writes its own name. Renewed from there; None when it is really another's (or gone)."""
+        try:
+            entry = await kv.get(self.key(partition))
+        except KeyNotFoundError:
+            return None
+        if (entry.value or b"").decode() != self.replica or entry.revision is None:
+            return None
+        try:
+            revision = await kv.update(self.key(partition), self.replica.encode(), last=entry.revision)
+        except KeyWrongLastSequenceError:
+            return None
+        log.info("lease %s/%s of %s: its own renewal had landed unanswered; kept", self.group, partition, self.replica)
+        return revision
 
     # --- holding and giving up -------------------------------------------------------------------
 

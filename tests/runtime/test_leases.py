@@ -82,6 +82,8 @@ class Ledger:
         self.holder: dict[str, str] = {}
         self.overlaps: list[tuple[str, str, str]] = []
         self.gained: dict[str, float] = {}
+        self.gains: list[tuple[str, str, float]] = []  # (partition, replica, when), every one
+        self.losses: list[tuple[str, str, float]] = []
 
     def hooks(self, name: str) -> dict[str, object]:
         async def gain(partition: str) -> None:
@@ -89,8 +91,10 @@ class Ledger:
                 self.overlaps.append((partition, self.holder[partition], name))
             self.holder[partition] = name
             self.gained[partition] = time.monotonic()
+            self.gains.append((partition, name, self.gained[partition]))
 
         async def lose(partition: str) -> None:
+            self.losses.append((partition, name, time.monotonic()))
             if self.holder.get(partition) == name:
                 del self.holder[partition]
 
@@ -134,6 +138,54 @@ async def test_replicas_share_the_partitions_and_a_dead_ones_are_taken_within_th
             # not before b's keys could expire: a lease is never taken from a replica that may still act on it
             assert min(ledger.gained[p] for p in held_by_b) - died >= TTL * (1 - MARGIN) - 0.5
     assert ledger.overlaps == []
+
+
+async def test_every_read_of_the_group_sees_every_key(nats: NatsEndpoint) -> None:
+    """A read once came back empty whenever the server had pushed every key before the client asked how many were
+    left (a fifth of the reads on an idle server), and a survivor then took over in stages, up to TTL + 24 s."""
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger) as (a, _, _), replica(nats.url, "b", ledger):
+        await eventually(lambda: shared_by(ledger, {"a", "b"}), timeout=15, message="shared")
+        for _ in range(100):
+            view = await a.read()
+            assert (len(view.holders), view.replicas) == (len(PARTS), frozenset({"a", "b"}))
+
+
+async def test_a_dead_replicas_partitions_move_once_each_to_the_survivors(nats: NatsEndpoint) -> None:
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger), replica(nats.url, "b", ledger) as (_, b_nc, b_task), replica(nats.url, "c", ledger):
+        await eventually(lambda: shared_by(ledger, {"a", "b", "c"}), timeout=15, message="shared by three")
+        held_by_b = {p for p, h in ledger.holder.items() if h == "b"}
+        await b_nc.close()  # b dies without releasing anything
+        b_task.cancel()
+        with contextlib.suppress(BaseException):
+            await b_task
+        died = time.monotonic()
+        await eventually(lambda: shared_by(ledger, {"a", "c"}), timeout=15, message="the survivors took b's partitions")
+        # each of b's partitions changed hands once, straight to a survivor with room for it: none taken in excess
+        # and released again, and the survivors kept what they had
+        after = [(p, who) for p, who, when in ledger.gains if when > died]
+        assert sorted(p for p, _ in after) == sorted(held_by_b), after
+        assert [(p, who) for p, who, when in ledger.losses if when > died and who != "b"] == []
+        print(f"b's {len(held_by_b)} partitions held again {max(ledger.gained[p] for p in held_by_b) - died:.1f} s after it died (TTL {TTL} s)")
+    assert ledger.overlaps == []
+
+
+async def test_a_renewal_whose_answer_was_lost_is_known_as_its_own(nats: NatsEndpoint) -> None:
+    """A renewal that reached the bucket but whose reply was lost (a NATS node lost mid-request) moved the key's
+    revision; the next renewal is refused for it, and the replica once gave up its own lease, leaving the
+    partition without a holder for a TTL. The key still names it, so it keeps the lease."""
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger) as (a, nc, _):
+        await eventually(lambda: len(ledger.holder) == len(PARTS), timeout=15, message="a holds everything")
+        partition = PARTS[0]
+        kv = await nc.jetstream().key_value(BUCKET)
+        entry = await kv.get(a.key(partition))
+        await kv.update(a.key(partition), b"a", last=entry.revision)  # a's renewal, landed, its answer lost
+        ticks = a.ticks
+        await eventually(lambda: a.ticks >= ticks + 2, timeout=15, message="two more ticks")
+        assert a.valid(partition) and ledger.holder.get(partition) == "a"
+        assert ledger.losses == []
 
 
 async def test_a_replica_that_stops_hands_its_partitions_over_at_once(nats: NatsEndpoint) -> None:
