@@ -239,6 +239,9 @@ class WatcherService(Service):
         verdict, current = self.admit(doc)
         if not verdict.ok or verdict.obj is None:
             return Refused(400, verdict.problems)
+        if registered and current is not None and not current.registered:
+            # judged under the lock: a user's config applied since the registration was read stands
+            return Plan(key_of(verdict.obj), "unchanged", current.generation, current.generation, None, current.resource_version), verdict
         requested = doc.get("metadata", {}).get("resourceVersion") if isinstance(doc.get("metadata"), dict) else None
         decision = plan(verdict.obj, current, requested_version=None if requested is None else str(requested), dry_run=dry_run)
         if isinstance(decision, Stale):

@@ -76,6 +76,17 @@ async def test_a_users_config_stands_and_a_deleted_one_comes_back(stack: Stack, 
     assert stack.watcher.service.state.resources.items[VLLM].registered
 
 
+async def test_a_registration_read_before_a_users_apply_does_not_overwrite_it(stack: Stack, services: list[Runner]) -> None:
+    """The watcher reads a pending registration, a user's apply lands, then the registration is applied: the
+    user's config must stand (the check is made under the apply's lock, not before it)."""
+    await eventually(lambda: spec_of(stack, "vllm"), timeout=30, message="vllm registered")
+    assert (await stack.apply(changed(builtin("vllm"), {"metadata.labels": {"team": "ours"}})))[0] == 200
+    await stack.watcher.service.apply(builtin("vllm"), dry_run=False, registered=True)
+    found = await spec_of(stack, "vllm")
+    assert found is not None and found["metadata"]["labels"]["team"] == "ours"
+    assert not stack.watcher.service.state.resources.items[VLLM].registered
+
+
 async def test_a_registered_config_from_an_older_release_is_upgraded(stack: Stack, services: list[Runner]) -> None:
     await eventually(lambda: spec_of(stack, "vllm"), timeout=30, message="vllm registered")
     older = changed(builtin("vllm"), {"metadata.annotations": {"airunway.ai/description": "an older release's words"}})
