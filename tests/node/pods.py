@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from typing import Any
@@ -55,6 +56,22 @@ def wait_ready(cluster: NodeCluster, ns: str, selector: str, timeout: float = 12
     if done.returncode != 0:
         described = cluster.kubectl("describe", "pods", "-n", ns, "-l", selector, check=False).stdout
         raise AssertionError(f"pods {selector} in {ns} not Ready: {done.stderr}\n{described[-3000:]}")
+
+
+def wait_served(cluster: NodeCluster, ns: str, service: str, timeout: float = 60) -> str:
+    """The Service's ClusterIP once kube-proxy sends it on: a pod Ready is not yet an endpoint programmed
+    (until then kube-proxy rejects a connection with EHOSTUNREACH)."""
+    found = get(cluster, "service", service, "-n", ns)["spec"]
+    address, port = found["clusterIP"], found["ports"][0]["port"]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=5).close()
+            return str(address)
+        except OSError as failure:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"service {ns}/{service} ({address}:{port}) not served within {timeout:.0f} s: {failure}")
+            time.sleep(0.2)
 
 
 def run_in(cluster: NodeCluster, ns: str, name: str, *command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -32,6 +32,7 @@ def web(node: NodeCluster) -> Iterator[str]:
         },
     )
     pods.wait_ready(node, ns, "app in (web, client)")
+    pods.wait_served(node, ns, "web")
     yield ns
     node.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
