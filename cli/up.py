@@ -184,9 +184,17 @@ async def up(options: Options) -> int:
         say(f"error: {exc}")
         return 1
     stop = asyncio.Event()
+    hurry = asyncio.Event()  # a second Ctrl-C: no drain, no waiting on the services' last work
+
+    def on_signal() -> None:
+        if stop.is_set():
+            say("stopping now")
+            hurry.set()
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     # nats-py gives up on a connection for good on some server errors: then nothing here works,
     # so stop and say so (exit 1) rather than keep answering as if healthy.
     lost = asyncio.Event()
@@ -211,8 +219,10 @@ async def up(options: Options) -> int:
         Runner(BindingService(), nc),
     ]
     tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
+    # tasks that run until cancelled (they have no stop of their own): cancelled on the way out
+    background: list[asyncio.Task[Any]] = []
     if keyfile is not None:
-        tasks.append(asyncio.create_task(keyfile.watch(options.probe_interval, router.routes.keys), name="client-keys"))
+        background.append(asyncio.create_task(keyfile.watch(options.probe_interval, router.routes.keys), name="client-keys"))
     api_runner = serving = None
     console = Console()
     supervisor: asyncio.Future[str] | None = None
@@ -221,9 +231,9 @@ async def up(options: Options) -> int:
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         closed: asyncio.Future[Any] = asyncio.ensure_future(lost.wait())
         supervisor = asyncio.ensure_future(supervise(nats, stop))
-        waiting: list[asyncio.Future[Any]] = [ready, stopped, closed, supervisor, *tasks]
+        waiting: list[asyncio.Future[Any]] = [ready, stopped, closed, supervisor, *tasks, *background]
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        failed = [t for t in tasks if t.done()]
+        failed = [t for t in (*tasks, *background) if t.done()]
         if supervisor.done() and supervisor.result():
             say(f"error: {supervisor.result()}; stopping")
             return 1
@@ -276,23 +286,31 @@ async def up(options: Options) -> int:
             except Exception as exc:
                 say(f"{exc}")
                 return 1
-        await asyncio.wait([stopped, closed, supervisor, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([stopped, closed, supervisor, *tasks, *background], return_when=asyncio.FIRST_COMPLETED)
         if supervisor.done() and supervisor.result():
             say(f"error: {supervisor.result()}; stopping")
             return 1
         if lost.is_set() and not stop.is_set():
             say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
             return 1
-        return 1 if any(t.done() and not t.cancelled() and t.exception() for t in tasks) else 0
+        return 1 if any(t.done() and not t.cancelled() and t.exception() for t in (*tasks, *background)) else 0
     finally:
         say("stopping")
+        for task in background:
+            task.cancel()
         if serving is not None:
-            cut = await serving.drain()  # first: requests in progress finish while every service still runs
+            # first: requests in progress finish while every service still runs (a second Ctrl-C cuts them)
+            cut = await serving.drain(hurry)
             if cut:
-                say(f"{cut} request{'s' if cut != 1 else ''} still in progress cut off after the drain timeout")
+                say(f"{cut} request{'s' if cut != 1 else ''} still in progress cut off")
         for runner in runners:
             runner.stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        ending = asyncio.ensure_future(asyncio.gather(*tasks, *background, return_exceptions=True))
+        await asyncio.wait([ending, asyncio.ensure_future(hurry.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if not ending.done():
+            for task in tasks:
+                task.cancel()
+            await ending
         if api_runner is not None:
             await api_runner.cleanup()
         router.routes.pool.close()

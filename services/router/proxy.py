@@ -124,7 +124,7 @@ class Listener:
         self.draining = False
         self.handle = self.loop.call_later(self.tick, self._sweep)
 
-    async def drain(self, grace: float) -> int:
+    async def drain(self, grace: float, hurry: asyncio.Event | None = None) -> int:
         """Stop accepting, let requests in progress (streams too) finish for up to `grace` seconds, then close every
         connection. Idle keep-alive connections close at once; a busy one after its answer. Returns how many
         requests were cut off at the end of the grace."""
@@ -134,7 +134,7 @@ class Listener:
         for connection in [c for c in self.connections if not c.busy]:
             connection.close()
         deadline = self.loop.time() + grace
-        while any(c.busy for c in self.connections) and self.loop.time() < deadline:
+        while any(c.busy for c in self.connections) and self.loop.time() < deadline and not (hurry and hurry.is_set()):
             await asyncio.sleep(0.05)  # polled: the wait ends with the last answer, or the grace
         cut = [c for c in self.connections if c.busy]
         for connection in list(self.connections):
@@ -826,8 +826,9 @@ class Serving:
     listener: Listener
     port: int
 
-    async def drain(self) -> int:
-        return await self.listener.drain(self.listener.limits.drain_timeout)
+    async def drain(self, hurry: asyncio.Event | None = None) -> int:
+        """Drain for the limits' timeout, or until `hurry` is set (a second Ctrl-C)."""
+        return await self.listener.drain(self.listener.limits.drain_timeout, hurry)
 
     def close(self) -> None:
         self.server.close()

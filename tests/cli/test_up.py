@@ -235,3 +235,39 @@ async def test_commands_without_a_running_jetway_say_how_to_start_one(tmp_path: 
     )
     code, _, err = await jetway(tmp_path / "stale", "apply", "-f", "examples/echo-member.yaml")
     assert code == 5 and "cannot reach the apply API" in err
+
+
+def _refused(url: str) -> bool:
+    """Nothing listens at the URL's host and port any more."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("keys", ["off", "required"])
+@pytest.mark.parametrize("demo", [False, True], ids=["plain", "demo"])
+async def test_up_stops_within_ten_seconds_in_every_mode(stack_dir: Path, keys: str, demo: bool) -> None:
+    """SIGTERM ends every task `jetway up` started (the client keys' file watcher too): the process exits 0 and
+    nothing it served still listens."""
+    up = await start_up(stack_dir, "--client-keys", keys, *(["--demo"] if demo else []))
+    if demo:
+        await eventually(lambda: "demo:" in up.text, timeout=30, message="the demo's outcome")
+    config = up.config()
+    up.process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(up.process.wait(), 10)
+    except TimeoutError:
+        up.process.kill()
+        await up.process.wait()
+        raise AssertionError(f"jetway up --client-keys {keys} did not stop within 10 s of SIGTERM:\n{up.text}") from None
+    assert await up.stop() == 0, up.text
+    assert up.lines[-1] == "jetway up: stopped"
+    assert all(_refused(config[name]) for name in ("api_url", "router_url", "nats_url")), config
+    assert "Traceback" not in up.text
+
