@@ -10,7 +10,10 @@ else looks at the value:
   the expanded size is counted while the document is composed, from each node's children, so
   the count itself never expands anything, and a document that expands past `MAX_DECODED_BYTES`
   is refused at the anchor where it crosses the bound;
-- recursive aliases (`&a [*a]`), which would make a cyclic value.
+- recursive aliases (`&a [*a]`), which would make a cyclic value;
+- numbers: a 5,000-digit integer costs quadratic time to convert (Python refuses past 4,300 digits
+  with a ValueError), and NaN or infinities compare as nothing else does. As the Kubernetes API
+  server, a number must be a 64-bit integer or a finite float (`MIN_INT`..`MAX_INT`).
 
 Errors are `DocumentError` (a ValueError): a sentence for the user, with the line when YAML says it.
 """
@@ -30,6 +33,8 @@ from yaml.resolver import Resolver
 
 MAX_DEPTH = 100  # levels of nesting (objects and lists); Kubernetes manifests use about 15
 MAX_DECODED_BYTES = 4 * 1024 * 1024  # what a document may stand for once read: the apply API's body limit
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1  # Kubernetes' integers are int64
+_MAX_INT_DIGITS = 40  # a YAML integer longer than this is refused before Python converts it (int64 has 19 digits)
 
 
 class DocumentError(ValueError):
@@ -46,6 +51,10 @@ class TooLarge(DocumentError):
     status = 413
 
 
+class BadNumber(DocumentError):
+    pass
+
+
 def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):g} MiB"
 
@@ -54,17 +63,40 @@ def too_deep(max_depth: int, where: str = "") -> TooDeep:
     return TooDeep(f"nested more than {max_depth} levels deep{where}")
 
 
+def _path(parts: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(the document)"
+
+
+def check_number(value: Any, parts: tuple[str | int, ...] = ()) -> None:
+    """Raise BadNumber for an integer past int64 or a float that is NaN or infinite; bools are not numbers here."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not MIN_INT <= value <= MAX_INT:
+        raise BadNumber(f"{_path(parts)}: the number is out of range (integers must fit in 64 bits)")
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise BadNumber(f"{_path(parts)}: the number {value} is not finite (NaN and infinities are refused)")
+
+
 def check_depth(value: Any, max_depth: int = MAX_DEPTH) -> None:
-    """Raise TooDeep when objects and lists nest past `max_depth`; iterative, so never recursion-bound."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    """Raise TooDeep when objects and lists nest past `max_depth`, BadNumber for a number out of range (with its
+    path); iterative, so never recursion-bound."""
+    check_number(value)
+    if not isinstance(value, dict | list):
+        return
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
     while stack:
-        current, depth = stack.pop()
-        children = current.values() if isinstance(current, dict) else current
-        for child in children:
+        current, depth, parts = stack.pop()
+        pairs = current.items() if isinstance(current, dict) else enumerate(current)
+        for key, child in pairs:
             if isinstance(child, dict | list):
                 if depth >= max_depth:
                     raise too_deep(max_depth)
-                stack.append((child, depth + 1))
+                stack.append((child, depth + 1, (*parts, key if isinstance(key, int | str) else str(key))))
+            elif isinstance(child, int | float):
+                check_number(child, (*parts, key if isinstance(key, int | str) else str(key)))
     # a scalar at the top is depth 0, a container depth 1: the loop starts from the value itself
 
 
@@ -78,9 +110,10 @@ def load_json(data: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     except RecursionError:  # deeper than the decoder's own stack allows: far past ours
         raise too_deep(max_depth) from None
     except msgspec.MsgspecError as exc:  # DecodeError, and ValidationError for numbers out of range
+        if "out of range" in str(exc):  # msgspec's own bound (past 64 bits, past a double): its path is elided
+            raise BadNumber("a number is out of range (integers must fit in 64 bits, floats must be finite)") from None
         raise DocumentError(f"not valid JSON: {exc}") from None
-    if isinstance(value, dict | list):
-        check_depth(value, max_depth)
+    check_depth(value, max_depth)
     return value
 
 
@@ -183,6 +216,15 @@ class _Loader(_BoundedComposer, _Parser, SafeConstructor, Resolver):
         self.max_depth, self.max_bytes = max_depth, max_bytes
         self._depth, self._stats, self._total, self._raw_bytes = 0, {}, 0, len(text)
 
+    def construct_bounded_int(self, node: ScalarNode) -> Any:
+        """An integer's digits are counted before Python converts them (past 4,300 it raises a ValueError)."""
+        if sum(c.isalnum() for c in node.value) > _MAX_INT_DIGITS:
+            raise BadNumber(f"the number is out of range (integers must fit in 64 bits){_where(node)}")
+        return self.construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
+
 
 def load_yaml_all(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_DECODED_BYTES) -> list[Any]:
     """Every document of a YAML stream (empty ones as None), refused past the bounds."""
@@ -195,7 +237,9 @@ def load_yaml_all(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: i
     try:
         documents = []
         while loader.check_data():
-            documents.append(loader.get_data())
+            document = loader.get_data()
+            check_depth(document, max_depth)  # the numbers (the composer bounded the depth already)
+            documents.append(document)
         return documents
     except yaml.MarkedYAMLError as exc:
         if exc.problem == "exceeded maximum nesting depth":  # libyaml's own bound (1,000), far past ours

@@ -270,4 +270,3 @@ async def test_up_stops_within_ten_seconds_in_every_mode(stack_dir: Path, keys: 
     assert up.lines[-1] == "jetway up: stopped"
     assert all(_refused(config[name]) for name in ("api_url", "router_url", "nats_url")), config
     assert "Traceback" not in up.text
-

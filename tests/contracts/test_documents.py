@@ -13,7 +13,17 @@ from hypothesis import strategies as st
 
 from contracts.admission import admit
 from contracts.agents import ANNOTATION_AGENT_CATALOG
-from contracts.documents import MAX_DECODED_BYTES, MAX_DEPTH, DocumentError, TooDeep, TooLarge, check_depth, load_json, load_yaml_all
+from contracts.documents import (
+    MAX_DECODED_BYTES,
+    MAX_DEPTH,
+    BadNumber,
+    DocumentError,
+    TooDeep,
+    TooLarge,
+    check_depth,
+    load_json,
+    load_yaml_all,
+)
 from contracts.providerconfig import ANNOTATION_INSTALLATION
 from tests.contracts.cases import AD, APC, IPC, MD, MEMBER, changed
 
@@ -32,6 +42,33 @@ def test_depth_is_counted_in_objects_and_lists() -> None:
         check_depth(nested(MAX_DEPTH + 1))
     assert load_json(json.dumps(nested(MAX_DEPTH))) == nested(MAX_DEPTH)
     assert load_yaml_all(json.dumps(nested(MAX_DEPTH))) == [nested(MAX_DEPTH)]
+
+
+@pytest.mark.parametrize(
+    ("literal", "why"),
+    [
+        ("1" + "0" * 5000, "out of range"),  # past Python's own 4,300-digit conversion limit: once a 500
+        ("9223372036854775808", "out of range"),
+        ("-9223372036854775809", "out of range"),
+        ("0x" + "f" * 5000, "out of range"),
+        (".nan", "not finite"),
+        ("-.inf", "not finite"),
+        ("1.0e+400", "not finite"),
+    ],
+)
+def test_a_number_past_int64_or_not_finite_is_refused_at_its_path(literal: str, why: str) -> None:
+    with pytest.raises(BadNumber, match=why) as refused:
+        load_yaml_all(f"spec:\n  models:\n  - name: m\n    contextWindow: {literal}\n")
+    assert "spec.models[0].contextWindow" in str(refused.value) or "line 4" in str(refused.value)
+    if literal.lstrip("-")[:1].isdigit() and not literal.startswith(("0x", "1.0e")):  # a JSON number too
+        with pytest.raises(BadNumber, match=why):
+            load_json('{"spec": {"models": [{"name": "m", "contextWindow": %s}]}}' % literal)
+
+
+def test_numbers_at_the_edges_of_int64_and_negative_zero_are_read() -> None:
+    text = '{"a": [9223372036854775807, -9223372036854775808, -0, -0.0, 1e-400, 1.5e308]}'
+    assert load_json(text) == {"a": [2**63 - 1, -(2**63), 0, 0.0, 0.0, 1.5e308]}
+    assert load_yaml_all("a: [9223372036854775807, -0, 1_000]") == [{"a": [2**63 - 1, 0, 1000]}]
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 300, 1000, 1_000_000])
@@ -95,7 +132,7 @@ def test_syntax_errors_say_where() -> None:
         load_yaml_all("spec:\n  models: [\n")
     with pytest.raises(DocumentError, match="not valid JSON"):
         load_json(b"{not json")
-    with pytest.raises(DocumentError, match="not valid JSON"):
+    with pytest.raises(BadNumber, match="out of range"):
         load_json(b"1e400")
     with pytest.raises(DocumentError, match="UTF-8"):
         load_yaml_all(b"\xff\xfe")
@@ -105,7 +142,7 @@ def test_syntax_errors_say_where() -> None:
 # (rightly) refuses in YAML and PyYAML's own parser turns into two lone surrogates.
 text = st.text(alphabet=st.characters(max_codepoint=0xFFFF, exclude_categories=("Cs",)), max_size=20)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | text,
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | text,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(text, children, max_size=4),
     max_leaves=30,
 )

@@ -163,6 +163,33 @@ async def test_yaml_nested_too_deep_is_a_400(stack: Stack, depth: int) -> None:
     await still_healthy(stack)
 
 
+@pytest.mark.parametrize(
+    ("number", "content_type"),
+    [
+        ("1" + "0" * 5000, "application/yaml"),  # once a 500: Python's 4,300-digit conversion limit, a traceback logged
+        ("1" + "0" * 5000, "application/json"),
+        ("9223372036854775808", "application/json"),
+        (".nan", "application/yaml"),
+        ("-.inf", "application/yaml"),
+        ("1e400", "application/json"),
+    ],
+)
+async def test_a_number_out_of_range_is_a_400_and_nothing_is_stored(stack: Stack, number: str, content_type: str) -> None:
+    body = (
+        "apiVersion: airdress.co/v1alpha1\nkind: InferencePoolMember\nmetadata: {name: big}\n"
+        f"spec: {{backend: echo, models: [{{name: m, contextWindow: {number}}}]}}\n"
+        if content_type == "application/yaml"
+        else '{"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": "big"}, '
+        f'"spec": {{"backend": "echo", "models": [{{"name": "m", "contextWindow": {number}}}]}}}}'
+    )
+    status, answer = await post(stack, body.encode(), content_type)
+    assert status == 400, answer
+    said = json.dumps(answer)
+    assert "out of range" in said or "not finite" in said, answer
+    assert await stored_specs(stack) == 0
+    await still_healthy(stack)
+
+
 async def test_nesting_up_to_the_bound_is_read(stack: Stack) -> None:
     doc = changed(ECHO, {"metadata.name": "deep"})
     doc["spec"]["x"] = nested(MAX_DEPTH - 2)  # the document and spec are two levels
