@@ -223,7 +223,7 @@ class _Loader(_BoundedComposer, _Parser, SafeConstructor, Resolver):
         return self.construct_yaml_int(node)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)  # type: ignore[type-var]
 
 
 def load_yaml_all(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_DECODED_BYTES) -> list[Any]:

@@ -62,7 +62,7 @@ def test_a_number_past_int64_or_not_finite_is_refused_at_its_path(literal: str, 
     assert "spec.models[0].contextWindow" in str(refused.value) or "line 4" in str(refused.value)
     if literal.lstrip("-")[:1].isdigit() and not literal.startswith(("0x", "1.0e")):  # a JSON number too
         with pytest.raises(BadNumber, match=why):
-            load_json('{"spec": {"models": [{"name": "m", "contextWindow": %s}]}}' % literal)
+            load_json('{"spec": {"models": [{"name": "m", "contextWindow": ' + literal + "}]}}")
 
 
 def test_numbers_at_the_edges_of_int64_and_negative_zero_are_read() -> None:

@@ -175,10 +175,11 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, str]:
     if shape == "number":  # written as text: json.dumps itself refuses an int past 4,300 digits
         number = draw(st.sampled_from(NUMBER_LITERALS))
         if draw(st.booleans()):
-            spec = '{"backend": "echo", "models": [{"name": "m", "contextWindow": %s}]}' % number
-            text = '{"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": "n"}, "spec": %s}' % spec
-            return text.encode(), "application/json"
-        text = f"apiVersion: airdress.co/v1alpha1\nkind: InferencePoolMember\nmetadata: {{name: n}}\nspec: {{backend: echo, models: [{{name: m, contextWindow: {number}}}]}}\n"
+            spec = '{"backend": "echo", "models": [{"name": "m", "contextWindow": ' + number + "}]}"
+            head = '{"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": "n"}, "spec": '
+            return (head + spec + "}").encode(), "application/json"
+        text = "apiVersion: airdress.co/v1alpha1\nkind: InferencePoolMember\nmetadata: {name: n}\n"
+        text += f"spec: {{backend: echo, models: [{{name: m, contextWindow: {number}}}]}}\n"
         return text.encode(), "application/yaml"
     if shape == "bomb":
         return alias_bomb(draw(st.integers(3, 9)), draw(st.integers(2, 12))), "application/yaml"
