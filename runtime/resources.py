@@ -93,6 +93,16 @@ class ResourceState:
                 return str(slices[owner].phase), slices[owner].message
         return "Pending", None
 
+    def readable_phase(self, status: dict[str, Any]) -> str:
+        """A phase for every kind's status view (Airdress's StatusResponse has one): the phased kinds' own; a
+        provider config's from the `ready` it reports (Ready, NotReady, or Pending before any report)."""
+        if status.get("phase"):
+            return str(status["phase"])
+        if self.deleting:
+            return "Terminating"
+        ready = status.get("ready")
+        return "Pending" if ready is None else ("Ready" if ready else "NotReady")
+
     def observed_generation(self) -> int | None:
         generations = [d.generation for owner in self.decisions if (d := self.decision(owner)) is not None and d.generation]
         return min(generations) if generations else None

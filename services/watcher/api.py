@@ -45,7 +45,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def error(status: int, message: str, *, code: str, path: str | None = None, problems: list[Problem] | None = None) -> web.Response:
-    body: dict[str, Any] = {"error": message, "code": code}
+    """Every error of the apply API: the spec's `{"error": sentence, "path": ...}` (Airdress's manifest rejection),
+    with a stable `code` and, for clients that read Airdress's nested shape's member, the sentence as `message`."""
+    body: dict[str, Any] = {"error": message, "message": message, "code": code}
     if path is not None:
         body["path"] = path
     if problems is not None:

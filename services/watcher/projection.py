@@ -117,7 +117,7 @@ class WatcherState:
             {
                 "generation": state.generation,
                 "observed_generation": status.get("observedGeneration"),
-                "phase": status.get("phase"),
+                "phase": state.readable_phase(status),
                 "conditions": status.get("conditions", []),
                 "last_reconciled_at": rfc3339(self.last_reconciled_at(state)),
             }

@@ -10,7 +10,7 @@ from contracts.admission import admit
 from contracts.subjects import facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
-from tests.contracts.cases import AD, MD, changed
+from tests.contracts.cases import AD, APC, IPC, MD, changed
 from tests.support.stack import Stack
 
 ECHO: dict[str, Any] = {
@@ -189,9 +189,17 @@ async def test_reads_kinds_lists_one_status_and_404s(stack: Stack) -> None:
     assert {"generation", "observed_generation", "resourceVersion", "labels", "created_at", "updated_at", "last_reconciled_at"} <= set(meta)
     status, state = await stack.get("/v1/kinds/InferencePoolMember/echo/status")
     assert set(state) >= {"kind", "name", "generation", "observed_generation", "phase", "conditions", "last_reconciled_at"}
+    assert state["phase"] in ("Pending", "Healthy", "Failed")
+    for config in (IPC, APC):  # kinds whose status has no phase of its own: one a client can read, not null
+        assert (await stack.apply(config))[0] in (200, 201)
+        status, provider = await stack.get(f"/v1/kinds/{config['kind']}/{config['metadata']['name']}/status")
+        assert status == 200 and provider["phase"] == "Pending", provider
+    ready = changed(IPC, {"status": {"ready": True}})
+    assert (await stack.apply(ready))[0] == 200
+    assert (await stack.get(f"/v1/kinds/InferenceProviderConfig/{IPC['metadata']['name']}/status"))[1]["phase"] == "Ready"
     assert (await stack.get("/v1/kinds/Widget"))[0] == 404
     status, missing = await stack.get("/v1/kinds/ipm/nope")
-    assert status == 404 and missing["code"] == "not_found"
+    assert status == 404 and missing["code"] == "not_found" and missing["message"] == missing["error"]
 
 
 async def test_delete_answers_deleted_then_noop(stack: Stack) -> None:
