@@ -6,7 +6,7 @@ A member accepts a set of formats (docs/router.md, "API formats"):
     openai-responses    POST /v1/responses
     openai-embeddings   POST /v1/embeddings
     openai-audio        POST /v1/audio/transcriptions (multipart; the form field `model`)
-    anthropic-messages  POST /v1/messages (Anthropic's headers and error shape)
+    anthropic-messages  POST /v1/messages, /v1/messages/count_tokens (Anthropic's headers and error shape)
     vllm-tokenize       POST /tokenize, /detokenize
     vllm-rerank         POST /v1/rerank, /v1/score
 
@@ -51,6 +51,7 @@ class Api:
     anthropic: bool = False  # Anthropic's error shape and headers
     multipart: bool = False  # the model is a form field, the body is passed through as sent
     prompt_field: str | None = None  # the body field that must be there for the router to route it ("messages", "prompt")
+    generates: bool = True  # False for counting tokens: no context window to fit, no tokens spent from a key's budget
 
 
 APIS: dict[str, Api] = {
@@ -62,6 +63,7 @@ APIS: dict[str, Api] = {
         Api("/v1/embeddings", OPENAI_EMBEDDINGS),
         Api("/v1/audio/transcriptions", OPENAI_AUDIO, multipart=True),
         Api("/v1/messages", ANTHROPIC_MESSAGES, anthropic=True, prompt_field="messages"),
+        Api("/v1/messages/count_tokens", ANTHROPIC_MESSAGES, anthropic=True, prompt_field="messages", generates=False),
         Api("/tokenize", VLLM_TOKENIZE),
         Api("/detokenize", VLLM_TOKENIZE),
         Api("/v1/rerank", VLLM_RERANK),

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import unquote
 
 import httptools
 import msgspec
@@ -37,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from contracts.documents import DocumentError, load_json
 from contracts.subjects import Key
 from services.router import decide, echo, policy
-from services.router.apis import APIS, Api, boundary_of, form_field, openai_error
+from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_field, openai_error
 from services.router.apis import error as api_error
 from services.router.keys import Admission, Gate, wants_anthropic_errors
 from services.router.metrics import RECORDER, USAGE_TAIL, Recorder, usage
@@ -539,7 +540,12 @@ async def route(client: HttpConnection, request: Request) -> None:
     elif path == "/v1/models" and method == "GET":
         admission = _admit(client, request, None, None)
         if admission is not None:
-            client.respond(200, models(routes, admission))
+            client.respond(200, models(routes, admission, anthropic=wants_anthropic_errors(request.headers)))
+    elif path.startswith("/v1/models/") and method == "GET":
+        model = unquote(path[len("/v1/models/") :])
+        admission = _admit(client, request, None, model)
+        if admission is not None:
+            client.respond(*one_model(routes, admission, model, anthropic=wants_anthropic_errors(request.headers)))
     elif path == "/metrics" and method == "GET" and routes.keys is None:
         exposition = await asyncio.to_thread(generate_latest, REGISTRY)  # a few ms for a large registry: not on the loop
         client.respond(200, exposition, CONTENT_TYPE_LATEST.encode())
@@ -551,6 +557,8 @@ async def route(client: HttpConnection, request: Request) -> None:
     elif path == "/readyz" and method == "GET":
         draining = client.listener.draining
         client.respond(503 if draining else 200, b'{"ok":false,"draining":true}' if draining else b'{"ok":true}')
+    elif path.startswith("/v1/messages/") or wants_anthropic_errors(request.headers):  # Anthropic's client, Anthropic's shape
+        client.respond(*anthropic_error(404, f"no route {method} {request.path}"))
     else:
         client.respond(*openai_error(404, f"no route {method} {request.path}", "invalid_request_error", "not_found"))
 
@@ -577,7 +585,8 @@ def _admit(client: HttpConnection, request: Request, api: Api | None, model: str
     return None
 
 
-def models(routes: Routes, admission: Admission) -> bytes:
+def _served(routes: Routes, admission: Admission) -> dict[str, list[str]]:
+    """The models a member serves now, each with its members, as far as the client's key may see them."""
     served: dict[str, list[str]] = {}
     for member in routes.members.items.values():
         traffic = routes.members.traffic_of(member.key)
@@ -585,12 +594,36 @@ def models(routes: Routes, admission: Admission) -> bytes:
             if decide.serves(member, model, traffic):
                 served.setdefault(model, []).append(member.name)
     allowed = set(routes.keys.models(admission, list(served))) if routes.keys is not None else served
-    data = [
-        {"id": model, "object": "model", "created": 0, "owned_by": "jetway", "members": sorted(names)}
-        for model, names in sorted(served.items())
-        if model in allowed
-    ]
+    return {model: sorted(names) for model, names in sorted(served.items()) if model in allowed}
+
+
+EPOCH = "1970-01-01T00:00:00Z"  # no model has a creation time here: Anthropic's list wants one, OpenAI's a 0
+
+
+def _model_object(model: str, members: list[str], *, anthropic: bool) -> dict[str, Any]:
+    if anthropic:
+        return {"type": "model", "id": model, "display_name": model, "created_at": EPOCH}
+    return {"id": model, "object": "model", "created": 0, "owned_by": "jetway", "members": members}
+
+
+def models(routes: Routes, admission: Admission, *, anthropic: bool = False) -> bytes:
+    """GET /v1/models: OpenAI's list, or Anthropic's (`has_more`, `first_id`, `last_id`) to a client sending its headers."""
+    data = [_model_object(model, names, anthropic=anthropic) for model, names in _served(routes, admission).items()]
+    if anthropic:
+        ids = [d["id"] for d in data]
+        return _encode({"data": data, "has_more": False, "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None})
     return _encode({"object": "list", "data": data})
+
+
+def one_model(routes: Routes, admission: Admission, model: str, *, anthropic: bool = False) -> tuple[int, bytes]:
+    """GET /v1/models/{id} (both SDKs' `models.retrieve`): a model served now that the key may use, else a 404."""
+    served = _served(routes, admission)
+    if model not in served:
+        message = f"the model {model!r} does not exist or is not served now (GET /v1/models lists them)"
+        if anthropic:
+            return anthropic_error(404, message)
+        return openai_error(404, message, "invalid_request_error", "model_not_found", "model")
+    return 200, _encode(_model_object(model, served[model], anthropic=anthropic))
 
 
 def _bad(api: Api, message: str, param: str | None = None) -> tuple[int, bytes]:
@@ -640,7 +673,9 @@ async def infer(client: HttpConnection, request: Request, api: Api) -> None:
         routes = client.routes
         routes.recorder.answered(model, member_name, api.path, client.status, client.listener.loop.time() - started)
         if admission.name:
-            if not tokens and body is not None and api.prompt_field is not None and client.status == 200:
+            if not api.generates:
+                tokens = 0  # counting tokens spends none
+            elif not tokens and body is not None and api.prompt_field is not None and client.status == 200:
                 tokens = decide.estimate(body, api.prompt_field == "messages").total  # no `usage` reported: the estimate counts
             routes.recorder.key(admission.name, client.status, tokens)
             if routes.keys is not None:
@@ -660,7 +695,7 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
         client.respond(*api_error(api, 404, message, "invalid_request_error", "unsupported_api", "model"))
         return "", 0
     fitting = found.ready
-    if api.prompt_field is not None and body is not None and any(m.window(model) for m in found.ready):
+    if api.generates and api.prompt_field is not None and body is not None and any(m.window(model) for m in found.ready):
         # estimated only when some member states a window: the estimate walks every message
         chat = api.prompt_field == "messages"
         needed = decide.estimate(body, chat)
@@ -668,7 +703,8 @@ async def _dispatch(client: HttpConnection, request: Request, api: Api, model: s
         if found.ready and not fitting:
             windows = [w for m in found.ready if (w := m.window(model))]
             message = decide.too_large_message(model, needed, windows)
-            client.respond(*api_error(api, 413, message, "invalid_request_error", "context_length_exceeded", api.prompt_field))
+            # a 400 as OpenAI's API and vLLM answer it (the SDKs raise BadRequestError; Anthropic's invalid_request_error)
+            client.respond(*api_error(api, 400, message, "invalid_request_error", "context_length_exceeded", api.prompt_field))
             return "", 0
     settings = routes.settings
     hashes: list[int] | None = None  # the prompt's block hashes, once more than one member could take it

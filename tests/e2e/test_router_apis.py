@@ -162,3 +162,61 @@ async def test_bad_bodies_are_400s_in_the_apis_shape_and_reach_no_member(stack: 
         assert words in message, (path, message)
         assert ("type" in body and body["type"] == "error") == (path == "/v1/messages"), "Anthropic's shape for Anthropic's API"
     assert len([r for r in upstream.requests[before:] if r.path != "/v1/models"]) == 0
+
+
+async def test_the_sdks_retrieve_and_list_models_each_in_its_own_shape(stack: Stack, upstream: FakeOpenAI) -> None:
+    """Both SDKs' `models.retrieve`, and `models.list` from Anthropic's SDK (its headers ask for its list shape)."""
+    client = openai_client(stack)
+    found = await client.models.retrieve("qwen")
+    assert (found.id, found.object, found.owned_by) == ("qwen", "model", "jetway")
+    with pytest.raises(openai.NotFoundError) as missing:
+        await client.models.retrieve("nope")
+    assert missing.value.code == "model_not_found"
+    assert [m.id for m in (await client.models.list()).data] == ["qwen"]  # OpenAI's list, as before
+
+    claude = anthropic_client(stack)
+    info = await claude.models.retrieve("qwen")
+    assert (info.type, info.id, info.display_name) == ("model", "qwen", "qwen")
+    listed = await claude.models.list()
+    assert [m.id for m in listed.data] == ["qwen"] and listed.has_more is False
+    assert (listed.first_id, listed.last_id) == ("qwen", "qwen")
+    with pytest.raises(anthropic.NotFoundError) as gone:
+        await claude.models.retrieve("nope")
+    assert gone.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    await claude.close()
+
+
+async def test_count_tokens_goes_to_a_member_and_unknown_message_paths_answer_in_anthropics_shape(
+    stack: Stack, upstream: FakeOpenAI
+) -> None:
+    client = anthropic_client(stack)
+    counted = await client.messages.count_tokens(model="qwen", messages=[{"role": "user", "content": "one two three"}])
+    assert counted.input_tokens == 3
+    assert upstream.requests[-1].path == "/v1/messages/count_tokens"
+    async with stack.http.post(
+        stack.router_url + "/messages/nope", json={"model": "qwen"}, headers={"anthropic-version": "2023-06-01"}
+    ) as response:
+        body = await response.json()
+    assert response.status == 404 and body["type"] == "error" and body["error"]["type"] == "not_found_error", body
+    await client.close()
+
+
+async def test_a_prompt_over_the_context_window_is_a_400_each_sdk_raises_as_bad_request(stack: Stack) -> None:
+    await stack.apply(
+        {
+            "apiVersion": "airdress.co/v1alpha1",
+            "kind": "InferencePoolMember",
+            "metadata": {"name": "small", "labels": {"formats.jetway.dev/anthropic-messages": "true"}},
+            "spec": {"backend": "echo", "models": [{"name": "small", "contextWindow": 50}]},
+        }
+    )
+    await eventually(lambda: stack.served("small"), message="the member is ready")
+    long = [{"role": "user", "content": "x" * 400}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_client(stack).chat.completions.create(model="small", messages=long)  # type: ignore[arg-type]
+    assert refused.value.code == "context_length_exceeded"
+    client = anthropic_client(stack)
+    with pytest.raises(anthropic.BadRequestError) as too_long:
+        await client.messages.create(model="small", max_tokens=8, messages=long)  # type: ignore[arg-type]
+    assert too_long.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    await client.close()

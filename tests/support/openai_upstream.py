@@ -166,6 +166,9 @@ class FakeOpenAI:
             )
         if path == "/v1/responses":
             return await self._response(request, body)
+        if path == "/v1/messages/count_tokens":  # Anthropic's: one token a word here
+            words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+            return web.json_response({"input_tokens": words})
         return await self._message(request, body)
 
     async def _events(self, request: web.Request, events: list[tuple[str, dict[str, Any]]]) -> web.StreamResponse:
@@ -254,7 +257,9 @@ class FakeOpenAI:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_post("/v1/completions", self._complete)
-        for path in ("/v1/responses", "/v1/embeddings", "/v1/audio/transcriptions", "/v1/messages", "/tokenize", "/detokenize"):
+        for path in ("/v1/responses", "/v1/embeddings", "/v1/audio/transcriptions", "/v1/messages", "/v1/messages/count_tokens"):
+            app.router.add_post(path, self._other)
+        for path in ("/tokenize", "/detokenize"):
             app.router.add_post(path, self._other)
         for path in ("/v1/rerank", "/v1/score"):
             app.router.add_post(path, self._other)
