@@ -70,7 +70,7 @@ def wait_served(cluster: NodeCluster, ns: str, service: str, timeout: float = 60
             return str(address)
         except OSError as failure:
             if time.monotonic() > deadline:
-                raise AssertionError(f"service {ns}/{service} ({address}:{port}) not served within {timeout:.0f} s: {failure}")
+                raise AssertionError(f"service {ns}/{service} ({address}:{port}) not served within {timeout:.0f} s: {failure}") from None
             time.sleep(0.2)
 
 

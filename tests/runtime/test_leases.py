@@ -167,7 +167,8 @@ async def test_a_dead_replicas_partitions_move_once_each_to_the_survivors(nats: 
         after = [(p, who) for p, who, when in ledger.gains if when > died]
         assert sorted(p for p, _ in after) == sorted(held_by_b), after
         assert [(p, who) for p, who, when in ledger.losses if when > died and who != "b"] == []
-        print(f"b's {len(held_by_b)} partitions held again {max(ledger.gained[p] for p in held_by_b) - died:.1f} s after it died (TTL {TTL} s)")
+        back = max(ledger.gained[p] for p in held_by_b) - died
+        print(f"b's {len(held_by_b)} partitions held again {back:.1f} s after it died (TTL {TTL} s)")
     assert ledger.overlaps == []
 
 
