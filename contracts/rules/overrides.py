@@ -8,6 +8,11 @@
   any depth (inside lists too), and a refused key's subtree is not searched further, so one mistake
   is one problem. An object's identity (`apiVersion`, `kind`, `metadata`, `status`) is refused at the
   top, as every provider refuses it.
+- Nothing merged may give the pods what Pod Security's `baseline` level refuses (hostPath volumes, host
+  ports, host namespaces, privilege, added capabilities, unconfined AppArmor, ...): Jetway's own
+  ServiceAccount creates those pods, so an override must not grant a ModelDeployment's author host access
+  they may not have themselves. Most such fields live in a `securityContext` (blocked above); the rest
+  are refused here, at any depth, each at its path with the rule.
 - The merge replaces an object with whatever is not one, so a key whose target is an object in
   every rendered object (`spec`, and at any depth `template`, `metadata`, `selector`, `labels`, ...)
   must be an object (or null) in overrides: `{"spec": "x"}` would otherwise be admitted and then
@@ -37,6 +42,19 @@ BLOCKED_KEYS = (
 # Sizing is merged after admission checked spec.resources/spec.scaling against the ceilings, so it is refused.
 SIZING_KEYS = ("replicas", "resources")
 IDENTITY_KEYS = ("apiVersion", "kind", "metadata", "status")
+# Pod Security baseline (https://kubernetes.io/docs/concepts/security/pod-security-standards/#baseline): what it
+# refuses outside a securityContext, with the reason a user reads. Inside one, BLOCKED_KEYS refuses it all.
+BASELINE_KEYS = {
+    "hostPath": "a hostPath volume gives the pod the node's files",
+    "privileged": "a privileged container has the node's devices and every capability",
+    "capabilities": "capabilities may only be dropped, in the container section's securityContext",
+    "sysctls": "sysctls change the node's kernel settings",
+    "seLinuxOptions": "custom SELinux options",
+    "procMount": "an unmasked /proc",
+    "appArmorProfile": "custom AppArmor profiles",
+    "windowsOptions": "Windows HostProcess containers run as the node",
+}
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 CONTEXT_KEYS = ("podSecurityContext", "securityContext")
 # Keys whose target is an object in every provider's rendered object, wherever they appear (AI Runway's merge
 # would replace the object with the value, and the API server refuses the result).
@@ -150,6 +168,12 @@ def _forbidden(value: Any, path: list[PathPart], *, shapes: bool = True) -> list
             here = [*path, key]
             if key in BLOCKED_KEYS:
                 problems.append(at(here, f'overriding "{key}" is not allowed for security reasons'))
+            elif shapes and key in BASELINE_KEYS:
+                problems.append(at(here, f'"{key}" is not allowed: {BASELINE_KEYS[key]} (Pod Security baseline)'))
+            elif shapes and key == "hostPort" and inner not in (None, 0):
+                problems.append(at(here, "a hostPort is not allowed: it binds a port of the node (Pod Security baseline)"))
+            elif key == "annotations" and isinstance(inner, dict):
+                problems.extend(_apparmor(inner, here))
             elif key in SIZING_KEYS:
                 problems.append(
                     at(
@@ -168,6 +192,17 @@ def _forbidden(value: Any, path: list[PathPart], *, shapes: bool = True) -> list
         for index, item in enumerate(value):
             problems.extend(_forbidden(item, [*path, index], shapes=shapes))
     return problems
+
+
+def _apparmor(annotations: dict[str, Any], path: list[PathPart]) -> list[Problem]:
+    """Baseline allows a container's AppArmor annotation only as runtime/default or a localhost/ profile."""
+    return [
+        at([*path, name], f"AppArmor {value!r} is not allowed: only runtime/default or localhost/<profile> (Pod Security baseline)")
+        for name, value in annotations.items()
+        if isinstance(name, str)
+        and name.startswith(APPARMOR_ANNOTATION)
+        and not (value == "runtime/default" or (isinstance(value, str) and value.startswith("localhost/")))
+    ]
 
 
 def _check_section(here: list[PathPart], body: Any) -> list[Problem]:

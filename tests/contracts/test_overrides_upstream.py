@@ -226,3 +226,74 @@ def test_objects_nulls_and_string_map_entries_named_like_object_keys_are_not_ref
     assert problems({"spec": None}) == []
     assert problems({"spec": {"template": {"metadata": {"annotations": {"spec": "x", "template": "y"}}}}}) == []
     assert problems({"spec": {"selector": {"matchLabels": {"selector": "z"}}}}) == []
+
+
+BASELINE = "(Pod Security baseline)"
+PROVIDERS = ["vllm", "llmd", "kaito", "dynamo", "kuberay"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    ("pod", "path", "rule"),
+    [
+        (
+            {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]},
+            "volumes[0].hostPath",
+            "a hostPath volume gives the pod the node's files",
+        ),
+        (
+            {"containers": [{"name": "main", "ports": [{"containerPort": 80, "hostPort": 80}]}]},
+            "containers[0].ports[0].hostPort",
+            "hostPort",
+        ),
+        ({"containers": [{"name": "main", "privileged": True}]}, "containers[0].privileged", "has the node's devices"),
+        ({"containers": [{"name": "main", "capabilities": {"add": ["SYS_ADMIN"]}}]}, "containers[0].capabilities", "may only be dropped"),
+        ({"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "0"}]}, "sysctls", "kernel settings"),
+    ],
+)
+def test_an_override_may_not_give_pods_what_pod_security_baseline_refuses(provider: str, pod: dict[str, Any], path: str, rule: str) -> None:
+    """A Direct vLLM override once rendered a Deployment mounting the node's root (issue 23 #2): refused for every
+    provider at the override's own path, wherever the pod spec sits in that provider's object."""
+    for where in ("spec.template.spec", "spec.workerGroupSpecs[0].template.spec"):
+        overrides: dict[str, Any] = {}
+        node = overrides
+        for part in where.split("."):
+            name, _, index = part.partition("[")
+            node[name] = [{}] if index else {}
+            node = node[name][0] if index else node[name]
+        node.update(pod)
+        base = changed(MD, {"spec.provider": {"name": provider}})
+        found = problems(overrides, base)
+        assert len(found) == 1 and found[0].startswith(f"{OVERRIDES}.{where}.{path}: "), found
+        assert rule in found[0] and BASELINE in found[0], found
+
+
+def test_baseline_allows_what_it_allows() -> None:
+    """A hostPort of 0, an AppArmor runtime/default or localhost/ profile, and a volume of another type pass; an
+    unconfined AppArmor annotation does not; a label named hostPath is data, not a field."""
+    pod = {
+        "volumes": [{"name": "cache", "emptyDir": {}}],
+        "containers": [{"name": "main", "ports": [{"containerPort": 80, "hostPort": 0}]}],
+    }
+    allowed = {
+        "spec": {
+            "template": {
+                "metadata": {
+                    "labels": {"hostPath": "x"},
+                    "annotations": {
+                        "container.apparmor.security.beta.kubernetes.io/main": "runtime/default",
+                        "container.apparmor.security.beta.kubernetes.io/side": "localhost/mine",
+                    },
+                },
+                "spec": pod,
+            }
+        }
+    }
+    assert problems(allowed) == []
+    unconfined = {
+        "spec": {"template": {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}}}
+    }
+    assert problems(unconfined) == [
+        f"{OVERRIDES}.spec.template.metadata.annotations.container.apparmor.security.beta.kubernetes.io/main: "
+        f"AppArmor 'unconfined' is not allowed: only runtime/default or localhost/<profile> {BASELINE}"
+    ]
