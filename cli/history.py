@@ -139,6 +139,10 @@ async def events(
                 print(note, file=sys.stderr if output == "json" else out)
         for item in items:
             print(render(item), file=out)
+        if not items and ref and "/" in ref and since_seq is None and since_time is None:
+            # one resource named, and nothing ever recorded for it: a typo, most likely; say so, as `get` does
+            print(f"error: no events for {ref}: no such resource (or its history was purged after its deletion)", file=sys.stderr)
+            return 1
         if not items and output != "json":
             print("(no events)", file=sys.stderr)
         return 0
@@ -288,7 +292,12 @@ async def rerun(
         }
         print(json.dumps(body, indent=2, default=str), file=out)
         return 1 if differing else 0
-    print(f"# {name} (installed code) rerun over the stream through sequence {last}, {mode}: {len(items)} events it reads", file=out)
+    where = "a cluster's stream" if cluster else "jetway up's stream"
+    print(
+        f"# the {name} service as installed now, given the {len(items)} events it had seen in {where} (up to sequence {last}),"
+        " decides again; each decision is compared with the one it recorded then",
+        file=out,
+    )
     for item in unreadable:
         print(f"# unreadable event at {item.seq} ({item.subject}): {item.reason}", file=out)
     if outcome.fold_failures:

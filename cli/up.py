@@ -277,7 +277,9 @@ async def up(options: Options) -> int:
             say("client keys: off, any client on this machine may call the router (--client-keys required to ask for keys)")
         else:
             say(f"client keys: required, {len(keyfile.ring.keys)} in the secret store (make one with `jetway keys create NAME`)")
-        say(f"{resources} resource{'s' if resources != 1 else ''} rebuilt from the stream; Ctrl-C to stop")
+        builtin = watcher.service.rebuilt_builtin
+        mine = f" ({resources - builtin} applied, {builtin} built-in provider configs: jetway get ipc)" if builtin else ""
+        say(f"{resources} resource{'s' if resources != 1 else ''} rebuilt from the stream{mine}; Ctrl-C to stop")
         if options.demo and keyfile is not None:
             say("demo: not run, client keys are required (run it without --client-keys required)")
         elif options.demo:

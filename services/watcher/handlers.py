@@ -82,6 +82,7 @@ class WatcherService(Service):
         self.resync_interval = resync_interval
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
         self.rebuilt_count = 0
+        self.rebuilt_builtin = 0  # of those, the built-in provider configs Jetway registered itself
         # told of each event once it is folded, so what they read of the state includes it (the console's watch)
         self.listeners: list[Callable[[Envelope], None]] = []
         # event id -> stream sequence of the newest events folded (rebuild included): the timeline's links to causes
@@ -95,6 +96,7 @@ class WatcherService(Service):
 
     def rebuilt(self) -> None:
         self.rebuilt_count = len(self.state.resources.items)
+        self.rebuilt_builtin = sum(1 for state in self.state.resources.items.values() if state.registered)
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         # Standalone, the watcher answers questions and records the built-in providers' registrations (a spec

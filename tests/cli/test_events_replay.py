@@ -54,6 +54,10 @@ def test_events_lists_history_filtered_by_resource_and_sequence(nats: NatsEndpoi
     since = run_jetway("events", "--since", "4", "--nats", nats.url).stdout.splitlines()
     assert [line.split()[0] for line in since[1:]] == ["4", "5"]
 
+    missing = run_jetway("events", "ipm/gpu-z", "--nats", nats.url)  # a typo: said so, exit 1 (it was "(no events)", 0)
+    assert missing.returncode == 1 and "no events for ipm/gpu-z: no such resource" in missing.stderr, missing
+    assert run_jetway("events", "--since", "99", "--nats", nats.url).returncode == 0  # nothing new yet is no error
+
     as_json = [json.loads(line) for line in run_jetway("events", "ipm/gpu-a", "-o", "json", "--nats", nats.url).stdout.splitlines()]
     assert [e["seq"] for e in as_json] == [1, 3, 4]
     assert as_json[1]["event"]["status"]["phase"] == "Healthy" and as_json[1]["producer"] == "router"

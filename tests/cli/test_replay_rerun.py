@@ -104,7 +104,8 @@ def rerun(recorded: Recorded, service: str, ref: str | None = None, *, until: in
 def test_the_installed_code_decides_what_was_recorded(recorded: Recorded, service: str) -> None:
     shown = run_jetway("replay", "--rerun", service, "--nats", recorded.url)
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert shown.stdout.startswith(f"# {service} (installed code) rerun over the stream through sequence {recorded.last}, standalone")
+    assert shown.stdout.startswith(f"# the {service} service as installed now, given the ")
+    assert f"events it had seen in jetway up's stream (up to sequence {recorded.last}), decides again" in shown.stdout
     summary = shown.stdout.splitlines()[-1]
     assert summary.endswith(", 0 differ"), shown.stdout
     compared = int(summary.split()[1])
@@ -144,7 +145,7 @@ def test_until_bounds_the_rerun(recorded: Recorded, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(decide, "evaluate", lambda condition, spec: (False, None))  # no rule holds any more
     code, out = rerun(recorded, "selector", until=recorded.big_selected - 1)
     assert code == 0 and "ModelDeployment/default/big:" not in out, "the decision for big is after the point"
-    assert f"through sequence {recorded.big_selected - 1}," in out.splitlines()[0]
+    assert f"(up to sequence {recorded.big_selected - 1})," in out.splitlines()[0]
     code, out = rerun(recorded, "selector", until=recorded.big_selected)
     assert code == 1 and f"ModelDeployment/default/big: seq {recorded.big_selected}" in out, out
 

@@ -118,7 +118,7 @@ async def test_everything_applied_comes_back_after_a_restart(stack_dir: Path) ->
 
     again = await start_up(stack_dir)
     try:
-        assert "8 resources rebuilt from the stream" in again.text  # the three members and the five built-in provider configs
+        assert "8 resources rebuilt from the stream (3 applied, 5 built-in provider configs: jetway get ipc)" in again.text
         code, out, _ = await jetway(stack_dir, "get", "ipm")
         assert [line.split()[0] for line in out.splitlines()[1:]] == ["echo", "gpu-a", "gpu-b"]
         router = again.config()["router_url"]
