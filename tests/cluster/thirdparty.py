@@ -19,7 +19,11 @@ import yaml
 from tests.cluster.build import BuildFailed, go_binary
 
 GATEWAY_API = ("sigs.k8s.io/gateway-api", "v1.6.3")
-INFERENCE_EXTENSION = ("sigs.k8s.io/gateway-api-inference-extension", "v1.3.0")
+# AI Runway's pin; the newest release served (v1.6 made endpointPickerRef optional and moved InferenceObjective
+# out) judges the rendered pools too (tests/kube/test_rendered_objects_accepted.py)
+INFERENCE_EXTENSION = ("sigs.k8s.io/gateway-api-inference-extension", "v1.5.0")
+INFERENCE_EXTENSION_NEWEST = ("sigs.k8s.io/gateway-api-inference-extension", "v1.6.2")
+INFERENCE_POOL_CRD = "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml"
 KUBERAY = ("github.com/ray-project/kuberay/ray-operator", "v1.5.0")
 
 # (kind's group/plural) → (module, path of its CRD inside the module)
@@ -28,10 +32,7 @@ UPSTREAM: dict[str, tuple[tuple[str, str], str]] = {
     "gateways.gateway.networking.k8s.io": (GATEWAY_API, "config/crd/standard/gateway.networking.k8s.io_gateways.yaml"),
     "httproutes.gateway.networking.k8s.io": (GATEWAY_API, "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"),
     "referencegrants.gateway.networking.k8s.io": (GATEWAY_API, "config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml"),
-    "inferencepools.inference.networking.k8s.io": (
-        INFERENCE_EXTENSION,
-        "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",
-    ),
+    "inferencepools.inference.networking.k8s.io": (INFERENCE_EXTENSION, INFERENCE_POOL_CRD),
     "rayservices.ray.io": (KUBERAY, "config/crd/bases/ray.io_rayservices.yaml"),
 }
 
@@ -49,9 +50,11 @@ def module_dir(module: str, version: str) -> Path:
     return Path(info["Dir"])
 
 
-def upstream_crd(name: str) -> dict[str, Any]:
-    """The CRD `name` (plural.group) as its project publishes it."""
+def upstream_crd(name: str, release: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The CRD `name` (plural.group) as its project publishes it (in `release`, else the pinned one)."""
     (module, version), path = UPSTREAM[name]
+    if release is not None:
+        module, version = release
     documents = [d for d in yaml.safe_load_all((module_dir(module, version) / path).read_text()) if d]
     crd = next(d for d in documents if d.get("kind") == "CustomResourceDefinition")
     assert crd["metadata"]["name"] == name, f"{path} holds {crd['metadata']['name']}, not {name}"

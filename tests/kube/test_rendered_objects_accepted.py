@@ -11,7 +11,8 @@ Nothing is stored.
 
 Which schemas judge:
 - from the projects' own Go modules (tests/cluster/thirdparty.py): Gateway API v1.6.3 (Gateway,
-  HTTPRoute, ReferenceGrant), Gateway API Inference Extension v1.3.0 (InferencePool), KubeRay
+  HTTPRoute, ReferenceGrant), Gateway API Inference Extension v1.5.0, AI Runway's pin, and
+  v1.6.2, the newest served (InferencePool), KubeRay
   ray-operator v1.5.0 (RayService);
 - Kubernetes' own kinds (Deployment, Service, Job, PVC, RBAC, ...) and Jetway's
   InferencePoolMember (deploy/crds/);
@@ -56,7 +57,7 @@ from services.storage import decide as storage
 from services.workload import render as workload
 from services.workload.providers import builtin_configs
 from services.workload.render.common import Inputs
-from tests.cluster.thirdparty import UPSTREAM, upstream_crd
+from tests.cluster.thirdparty import INFERENCE_EXTENSION_NEWEST, UPSTREAM, upstream_crd
 from tests.contracts.cases import AD, APC, MD, changed
 from tests.services.test_render import CASES as RENDER_CASES
 from tests.services.test_render import DISAGG
@@ -493,3 +494,33 @@ async def test_the_servers_warnings_are_seen(cluster: Cluster, request: pytest.F
     obj["spec"]["template"]["spec"]["nodeSelector"] = {"beta.kubernetes.io/arch": "amd64"}  # deprecated: the server warns, accepting it
     warnings = await submit(cluster.kube, obj)
     assert any("beta.kubernetes.io/arch" in w for w in warnings), warnings
+
+
+POOL_CASES = [c for c in CASES if c.kind == "InferencePool"]
+
+
+async def test_the_newest_inference_extension_accepts_every_rendered_pool(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    """Every InferencePool Jetway renders, judged again under the newest served release's CRD (the module's
+    CRD, AI Runway's pin, put back after)."""
+    real_only(cluster, request)
+    server = request.getfixturevalue("real_server")
+    name = "inferencepools.inference.networking.k8s.io"
+
+    def install(crd: dict[str, Any]) -> None:
+        kubectl(server, "apply", "--server-side", "--force-conflicts", "--field-manager=jetway-tests", "-f", "-", stdin=yaml.safe_dump(crd))
+        kubectl(server, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+    assert POOL_CASES, "no InferencePool is rendered"
+    install(upstream_crd(name, INFERENCE_EXTENSION_NEWEST))
+    try:
+        refused = []
+        for case in POOL_CASES:
+            try:
+                warnings = await submit(cluster.kube, rendered_object(case, cluster.namespace))
+            except KubeError as exc:
+                refused.append(f"{case.id}: {exc.message}")
+                continue
+            assert not warnings, f"{case.id} under {INFERENCE_EXTENSION_NEWEST[1]}: the API server warned: {warnings}"
+        assert not refused, f"refused under {INFERENCE_EXTENSION_NEWEST[1]}: {refused}"
+    finally:
+        install(upstream_crd(name))
