@@ -25,6 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["JETWAY_FREE_PORTS"] = f"{low}-{low + width - 1}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The test node is one per machine (its bridge, tables and containers are the host's): its tests run on
     one worker, in order."""

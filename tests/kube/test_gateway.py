@@ -127,7 +127,9 @@ async def test_with_one_gateway_a_running_deployment_gets_its_pool_picker_and_ro
 
     pool = await cluster.kube.get(POOL, "InferencePool", "qwen", cluster.namespace)
     picker = pool["spec"]["endpointPickerRef"]  # upstream's CRD defaults its group, kind and failureMode
-    assert {k: v for k, v in pool["spec"].items() if k != "endpointPickerRef"} == {
+    # and, from v1.5.0, appProtocol to http: what Jetway wrote is the rest
+    assert pool["spec"].get("appProtocol", "http") == "http"
+    assert {k: v for k, v in pool["spec"].items() if k not in ("endpointPickerRef", "appProtocol")} == {
         "selector": {"matchLabels": {"airunway.ai/model-deployment": "qwen"}},
         "targetPorts": [{"number": 8000}],
     }
