@@ -7,6 +7,7 @@ what is missing; under CI (`CI=true`) they fail instead, as the control plane's 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections.abc import Iterator
 
@@ -38,6 +39,14 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         if os.environ.get("CI") == "true":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+    # one node per machine (its bridge, tables and folder are the host's): a second pytest, or a worker the
+    # node's xdist group did not hold, is told so rather than meeting the first node's files
+    lock = open("/var/tmp/jetway-node.lock", "w")  # noqa: SIM115 (held for the session)
+    request.addfinalizer(lock.close)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pytest.fail("the test node is already running in another pytest process on this machine", pytrace=False)
     bins = (CONTROL_PLANE.for_tests(request, NO_GO), NODE.for_tests(request, NO_GO), REGISTRY.for_tests(request, NO_GO))
     capture = request.config.pluginmanager.getplugin("capturemanager")
     logs = tmp_path_factory.mktemp("node")
