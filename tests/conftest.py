@@ -28,10 +28,13 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The test node is one per machine (its bridge, tables and containers are the host's): its tests run on
-    one worker, in order."""
-    for item in items:
-        if "tests/node/" in item.nodeid:
-            item.add_marker(pytest.mark.xdist_group("node"))
+    one worker, in order, and first, as the suite's longest stretch (the other worker takes everything else
+    meanwhile)."""
+    node = [item for item in items if "tests/node/" in item.nodeid]
+    for item in node:
+        item.add_marker(pytest.mark.xdist_group("node"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = node + [item for item in items if "tests/node/" not in item.nodeid]
 
 
 @pytest.fixture
