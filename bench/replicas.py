@@ -38,7 +38,6 @@ from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.leases import BUCKET, Leases, bucket
 from runtime.natsserver import NatsServer, free_port
-from tests.contracts.cases import MD
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("selector", "storage", "workload")
@@ -109,10 +108,14 @@ async def ready(processes: dict[str, list[Process]], timeout: float = 120.0) -> 
                     await asyncio.sleep(0.2)
 
 
+# a small vLLM ModelDeployment's spec, as examples/modeldeployment-vllm.yaml has it less its options
+SPEC: dict[str, Any] = {"model": {"id": "Qwen/Qwen3-0.6B"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}
+
+
 def applied(index: int, prefix: str) -> tuple[Key, ResourceApplied]:
     namespace = f"team-{index % NAMESPACES}"
     key = Key("ModelDeployment", namespace, f"{prefix}{index}")
-    spec = {**MD["spec"], "provider": {"name": "vllm"}}
+    spec = {**SPEC, "provider": {"name": "vllm"}}
     return key, ResourceApplied(kind=key.kind, namespace=namespace, name=key.name, generation=1, spec=spec, uid=f"uid-{prefix}{index}")
 
 

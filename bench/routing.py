@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.routing [--quick] [--json FILE]
 
 Layout (2 cores): `jetway up` (NATS, the services, the router) on core 0, once per policy with
-`--router-policy`; the 8 simulators (tests/support/vllm_sim.py, docs/simulator.md) in one process and
+`--router-policy`; the 8 simulators (simulator/vllm.py, docs/simulator.md) in one process and
 the load generator in this one share core 1. Every policy sees the same requests in the same order.
 
 Workloads (closed loop: each user sends its next request when the last one has answered):
@@ -41,7 +41,7 @@ import aiohttp
 
 from bench.router import pinned, wait_http
 from runtime.natsserver import free_port
-from tests.support.vllm_sim import SimParams, VllmSimulator
+from simulator.vllm import SimParams, VllmSimulator
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERS = 8

@@ -240,6 +240,14 @@ def _compute_agent(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def _sim(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from cli import sim
+
+    return asyncio.run(sim.serve(args))
+
+
 def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     p = sub.add_parser("up", help="run NATS, every service, the apply API and the router on 127.0.0.1 until Ctrl-C")
     p.add_argument(
@@ -373,6 +381,12 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     p.add_argument("--data-dir")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(handler=_compute_agent)
+
+    p = sub.add_parser("sim", help="serve a simulated vLLM model (no GPU) and apply it as a member of the running Jetway")
+    from cli import sim
+
+    sim.add_arguments(p)
+    p.set_defaults(handler=_sim)
 
     p = sub.add_parser("events", help="print the event history of everything, a kind, or one resource")
     p.add_argument("ref", nargs="?", metavar="KIND[/NAME]", help="e.g. modeldeployment/qwen, ipm/echo, or a kind alone")

@@ -9,6 +9,7 @@ from contracts.meta import WireModel
 from contracts.modeldeployment import ModelDeployment
 from contracts.poolmember import InferencePoolMember
 from contracts.providerconfig import InferenceProviderConfig
+from contracts.subjects import Key
 
 AIRUNWAY_GROUP = "airunway.ai"
 AIRDRESS_GROUP = "airdress.co"
@@ -116,3 +117,9 @@ _BY_TOKEN = {info.token: info.kind for info in KINDS.values()} | {kind.lower(): 
 def kind_of_token(token: str) -> str:
     """The kind a subject's kind token stands for (`modeldeployment` → `ModelDeployment`)."""
     return _BY_TOKEN.get(token, token)
+
+
+def key_of(kind: str, namespace: str | None, name: str) -> Key:
+    """The one key of a resource, from a manifest or from the cluster: a namespaced kind whose manifest names no
+    namespace is in `default` (as kubectl puts it there); a cluster-scoped kind's namespace is ignored."""
+    return Key(kind, (namespace or "default") if KINDS[kind].namespaced else "", name)

@@ -52,7 +52,7 @@ SECRET_NAME = "jetway-nats-users"  # one key per user: its password
 NAMESPACE = "jetway-system"
 USER_ENV = "JETWAY_NATS_USER"  # what a service process reads (runtime/bus.py, Credentials.from_env)
 PASSWORD_ENV = "JETWAY_NATS_PASSWORD"
-PROBE_SIGNALS = f"{SIGNAL_PREFIX}.probed"  # contracts.gateway.PROBE_SIGNALS
+PROBE_SIGNALS = f"{SIGNAL_PREFIX}.probed"  # contracts.router.PROBE_SIGNALS
 COMPUTE_SIGNALS = f"{SIGNAL_PREFIX}.compute.*.*"  # services.router.signal.subject(agent, operation)
 
 # Kinds as the subjects spell them come from Key.kind_token (the kind, lower-cased).

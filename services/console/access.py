@@ -228,3 +228,9 @@ class KubeGate:
                 self.end(caller.session)
                 raise Denied(401, "the Kubernetes API server no longer takes this session's token; log in again") from exc
             raise
+
+
+class Fail(Protocol):
+    """services.watcher.api.error: the API's error body, so the console's errors read like every other."""
+
+    def __call__(self, status: int, message: str, *, code: str, path: str | None = None) -> web.Response: ...

@@ -11,17 +11,14 @@ stored manifest (with its uid) its documents are these, byte for byte; only the 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from contracts import yamlstream
 from contracts.events import Envelope
-from services.console.access import Gate, readable_resource
+from services.console.access import Fail, Gate, readable_resource
 from services.watcher.handlers import WatcherService
-
-if TYPE_CHECKING:
-    from services.console.web import Fail
 
 CONTENT_TYPE = "application/yaml"
 

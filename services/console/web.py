@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -43,7 +43,7 @@ from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
 from runtime.eventstore import Item
 from services.console import events, figures, rendered, timeline
-from services.console.access import CALLER, Denied, Gate, KubeGate, readable
+from services.console.access import CALLER, Denied, Fail, Gate, KubeGate, readable
 from services.console.kubeuser import KubeRefused, usable_token
 from services.console.logins import COOKIE, Logins
 from services.watcher.handlers import WatcherService
@@ -72,12 +72,6 @@ LOGGED_OUT = """<!doctype html>
 <body><main class="login"><h1>Jetway console</h1><p>{reason}</p>
 <p>Run <code>jetway console</code> on the machine running <code>jetway up</code> for a one-time login link.</p></main></body></html>
 """
-
-
-class Fail(Protocol):
-    """services.watcher.api.error: the API's error body, so the console's errors read like every other."""
-
-    def __call__(self, status: int, message: str, *, code: str, path: str | None = None) -> web.Response: ...
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.events import StatusCondition, StatusSlice
-from contracts.gateway import MemberHealthChanged
+from contracts.router import MemberHealthChanged
 from services.router import load as loads
 from services.router.projection import Member, Members, Traffic
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from contracts.conditions import carried, same_decision
 from contracts.events import Envelope
-from contracts.gateway import PROBE_SIGNALS, probe_signal
+from contracts.router import PROBE_SIGNALS, probe_signal
 from contracts.subjects import ROUTER, SPEC, Key, kind_filter
 from runtime.leases import Leases
 from runtime.service import Effects, Runner, Service

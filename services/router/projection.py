@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contracts.events import Envelope, ResourceApplied, ResourceDeleted
-from contracts.gateway import MemberHealthChanged
 from contracts.poolmember import InferencePoolMemberSpec
+from contracts.router import MemberHealthChanged
 from contracts.subjects import SPEC, Key
 from services.router.apis import formats_of
 from services.router.load import Load

@@ -20,11 +20,11 @@ import msgspec
 from contracts.admission import Admission, admit, stored
 from contracts.cluster import OBSERVED
 from contracts.events import Envelope, Event, ResourceDeleted, StatusReported, StatusSlice
-from contracts.gateway import PROBE_SIGNALS, ProbeSignal
 from contracts.kinds import KINDS
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ProviderRegistered
 from contracts.problems import Problem
+from contracts.router import PROBE_SIGNALS, ProbeSignal
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
 from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, WORKLOAD, Key, facet_filter

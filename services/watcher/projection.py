@@ -5,7 +5,7 @@ time and what was observed of its objects with it (an object reported gone after
 dropped, not kept as a "no longer exists" entry), so create-delete churn leaves nothing behind.
 
 `probed_at` is the one field not folded from events: the gateway publishes a probe signal for every
-member at every tick (contracts/gateway.py, core NATS, every watcher replica subscribed), and a member's
+member at every tick (contracts/router.py, core NATS, every watcher replica subscribed), and a member's
 health is recorded as an event only when it changes. Recording each probe instead would be one event
 per member per tick for every service to read, and would push each member's health decision out of its
 facet's bounded history (JETWAY_HISTORY_PER_FACET). So it is a cache: kept in snapshots, refilled for

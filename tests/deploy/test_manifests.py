@@ -334,7 +334,7 @@ def test_every_service_pod_is_scraped_on_its_health_port(objects: list[dict[str,
 
 def test_the_dockerfile_builds_the_image_the_manifests_run() -> None:
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
-    for source in ("contracts", "runtime", "services", "cli"):
+    for source in ("contracts", "runtime", "services", "cli", "simulator"):
         assert f"COPY --chown=10001:10001 {source} {source}" in dockerfile and (ROOT / source).is_dir()
     assert "USER 10001:10001" in dockerfile  # the uid the pods' securityContext names
     built = kustomize(ROOT / "deploy")
@@ -351,7 +351,7 @@ def test_the_tiltfile_loads_and_covers_the_whole_stack(builder: str) -> None:
     (build,) = tilt.builds
     assert tilt.registry == "127.0.0.1:5000"
     synced = {remote for _, remote in build.syncs}
-    assert synced == {"/app/contracts", "/app/runtime", "/app/services", "/app/cli"}  # deploy/Dockerfile's /app
+    assert synced == {"/app/contracts", "/app/runtime", "/app/services", "/app/cli", "/app/simulator"}  # deploy/Dockerfile's /app
     if builder != "docker":  # no daemon: the builder builds deploy/Dockerfile and pushes to the registry itself
         assert build.pushes_itself and build.folder == ROOT
         assert build.command.startswith("buildah build") and "-f deploy/Dockerfile" in build.command

@@ -1,5 +1,5 @@
 """Routing by what members report and what they hold: the router in front of vLLM simulators
-(tests/support/vllm_sim.py) over real HTTP, real NATS. Nothing here times anything: what the policies
+(simulator/vllm.py) over real HTTP, real NATS. Nothing here times anything: what the policies
 decide is read from `x-jetway-member`, `x-jetway-route`, the simulators' cache counters and the events."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from contracts.gateway import MemberHealthChanged
+from contracts.router import MemberHealthChanged
 from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from services.router import policy
+from simulator.vllm import SimParams, VllmSimulator
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import Stack, running_stack
-from tests.support.vllm_sim import SimParams, VllmSimulator
 from tests.support.waiting import eventually
 
 SYSTEMS = ["You are a careful assistant for team " + name + ". " + ("Context line about the project. " * 40) for name in "ABCD"]

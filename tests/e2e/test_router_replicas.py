@@ -14,7 +14,7 @@ import aiohttp
 
 from contracts.conditions import same_decision
 from contracts.events import Envelope
-from contracts.gateway import MemberHealthChanged
+from contracts.router import MemberHealthChanged
 from contracts.subjects import ALL_PARTITIONS, ROUTER, Key, kind_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore

@@ -1,4 +1,4 @@
-"""The vLLM simulator (tests/support/vllm_sim.py) through real HTTP: what a router can see of it.
+"""The vLLM simulator (simulator/vllm.py) through real HTTP: what a router can see of it.
 
 No assertion here is on a measured duration: the cache shows in counters and `x-sim-cached-tokens`,
 the queue in /metrics, waited for with `eventually`. A huge slow_factor holds requests in flight
@@ -20,7 +20,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.vllm_sim import CACHED_HEADER, SimParams, VllmSimulator
+from simulator.vllm import CACHED_HEADER, SimParams, VllmSimulator
 from tests.support.waiting import eventually, within
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,7 +325,7 @@ async def test_the_command_line_serves_until_sigint(http: aiohttp.ClientSession)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.support.vllm_sim",
+        "simulator.vllm",
         "--port",
         "0",
         "--model",
@@ -354,9 +354,7 @@ async def test_serve_takes_vllms_own_command_line_as_an_engine_image_runs_it(htt
     # the flags Jetway renders for a Direct vLLM deployment, and one the simulator does not model (accepted, no effect)
     argv = ["serve", "--model", "Qwen/Qwen3-0.6B", "--served-model-name", "qwen", "qwen-alias", "--host", "127.0.0.1", "--port", "0"]
     argv += ["--max-num-seqs", "3", "--max-model-len", "2048", "--no-enable-prefix-caching", "--gpu-memory-utilization", "0.9"]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.vllm_sim", *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE
-    )
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "simulator.vllm", *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE)
     try:
         assert process.stdout is not None
         banner = (await within(process.stdout.readline())).decode()

@@ -15,8 +15,9 @@ import msgspec
 
 from contracts.cluster import OBSERVED, DeletionRequested, ObjectObserved
 from contracts.events import Envelope, Event, ResourceApplied, ResourceDeleted, StatusSlice, Withdrawn, new_envelope
-from contracts.gateway import GatewayReconciled, MemberHealthChanged
+from contracts.gateway import GatewayReconciled
 from contracts.pipeline import ProviderSelected, RuleFailure, SelectionRulesChecked, WorkloadRendered
+from contracts.router import MemberHealthChanged
 from contracts.subjects import GATEWAY, ROUTER, SELECTOR, SPEC, WORKLOAD, Key, facet_filter, matcher
 from runtime.kube import Kube
 from runtime.secrets import FileSecrets

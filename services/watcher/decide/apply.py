@@ -12,8 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contracts import kinds
 from contracts.events import ResourceApplied
-from contracts.kinds import KINDS
 from contracts.meta import WireModel
 from contracts.poolmember import InferencePoolMember
 from contracts.problems import Problem
@@ -54,10 +54,7 @@ class Stale:
 
 
 def key_of(obj: WireModel) -> Key:
-    kind = obj.kind  # type: ignore[attr-defined]
-    meta = obj.metadata  # type: ignore[attr-defined]
-    namespace = (meta.namespace or "default") if KINDS[kind].namespaced else ""
-    return Key(kind, namespace, meta.name)
+    return kinds.key_of(obj.kind, obj.metadata.namespace, obj.metadata.name)  # type: ignore[attr-defined]
 
 
 def plan(obj: WireModel, current: ResourceState | None, *, requested_version: str | None, dry_run: bool) -> Plan | Stale:

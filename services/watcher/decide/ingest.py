@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from contracts import kinds
 from contracts.admission import admit
 from contracts.cluster import DeletionRequested, ObjectObserved, summarize
 from contracts.events import Event, ResourceApplied
@@ -40,9 +41,7 @@ class Rejected:
 
 
 def key_of(obj: dict[str, Any]) -> Key:
-    meta = obj["metadata"]
-    info = KINDS[obj["kind"]]
-    return Key(obj["kind"], meta.get("namespace", "") if info.namespaced else "", meta["name"])
+    return kinds.key_of(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
 
 
 def _annotations(meta: dict[str, Any]) -> dict[str, str]:

@@ -32,7 +32,7 @@ names, labelled with the first served model name as vLLM does), and for tests an
 POST /sim/config, POST /sim/reset, GET /sim/stats, POST /sim/cached-prefix. With `api_key`,
 /v1/* and /metrics need `Authorization: Bearer <key>`. Answers carry `x-sim-cached-tokens`.
 
-    python -m tests.support.vllm_sim --port 8001 --model m1 [--model m2] [--decode-per-token 0.01 ...]
+    python -m simulator.vllm --port 8001 --model m1 [--model m2] [--decode-per-token 0.01 ...]
 
 docs/simulator.md has the whole model and what it leaves out.
 """
@@ -60,7 +60,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-CHARS_PER_TOKEN = 4
+from simulator.params import CHARS_PER_TOKEN, SimParams
+
 CACHED_HEADER = "x-sim-cached-tokens"
 OUTPUT_TOKEN = "tok "  # every output token: CHARS_PER_TOKEN characters, so output text costs what it counts
 # vLLM's own buckets for vllm:time_to_first_token_seconds
@@ -74,40 +75,6 @@ TUNABLE = frozenset({"slow_factor", "ttft_base", "prefill_per_token", "decode_pe
 
 def count_tokens(text: str) -> int:
     return max(1, -(-len(text) // CHARS_PER_TOKEN))
-
-
-@dataclass(frozen=True)
-class SimParams:
-    """The model's knobs; times in seconds at slow_factor 1 (see the module docstring)."""
-
-    ttft_base: float = 0.01  # fixed cost of a prefill
-    prefill_per_token: float = 0.0002  # per uncached prompt token
-    decode_per_token: float = 0.002  # per output token after the first, with one request running
-    decode_growth: float = 0.02  # a decode step is this fraction slower per other running request
-    max_running: int = 8
-    max_waiting: int | None = None  # None: an unbounded queue; else 503 past this many waiting
-    block_chars: int = 64
-    cache_blocks: int = 2048
-    prefix_caching: bool = True
-    max_model_len: int = 8192  # prompt + output tokens
-    default_max_tokens: int = 16
-    slow_factor: float = 1.0
-
-    def __post_init__(self) -> None:
-        if min(self.ttft_base, self.prefill_per_token, self.decode_per_token, self.decode_growth) < 0:
-            raise ValueError("times and decode_growth must not be negative")
-        if self.slow_factor <= 0:
-            raise ValueError("slow_factor must be positive")
-        if self.max_running < 1 or self.cache_blocks < 1 or self.max_model_len < 1 or self.default_max_tokens < 1:
-            raise ValueError("max_running, cache_blocks, max_model_len and default_max_tokens must be at least 1")
-        if self.max_waiting is not None and self.max_waiting < 0:
-            raise ValueError("max_waiting must not be negative")
-        if self.block_chars < CHARS_PER_TOKEN or self.block_chars % CHARS_PER_TOKEN:
-            raise ValueError(f"block_chars must be a positive multiple of {CHARS_PER_TOKEN}")
-
-    @property
-    def block_tokens(self) -> int:
-        return self.block_chars // CHARS_PER_TOKEN
 
 
 class PrefixCache:
@@ -692,9 +659,7 @@ def event(body: dict[str, Any]) -> bytes:
 
 
 def _arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.support.vllm_sim", description="A vLLM-like OpenAI server (see docs/simulator.md)."
-    )
+    parser = argparse.ArgumentParser(prog="python -m simulator.vllm", description="A vLLM-like OpenAI server (see docs/simulator.md).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", action="append", dest="models", help="a served model name (repeat for aliases); default m")
