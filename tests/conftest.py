@@ -25,16 +25,30 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["JETWAY_FREE_PORTS"] = f"{low}-{low + width - 1}"
 
 
+# Tests that load both cores themselves (replicas killed mid-burst, NATS nodes lost, every service as its own
+# process): on two cores, beside the node's pods, their waits starve. They go last, once the node is gone.
+LAST = (
+    "tests/e2e/test_replicas.py",
+    "tests/e2e/test_router_replicas.py",
+    "tests/kube/test_least_privilege.py",
+    "tests/kube/test_processes.py",
+    "tests/runtime/test_nats_cluster.py",
+    "tests/services/test_projection_churn.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The test node is one per machine (its bridge, tables and containers are the host's): its tests run on
     one worker, in order, and first, as the suite's longest stretch (the other worker takes everything else
-    meanwhile)."""
+    meanwhile, and the node stops after its last test: tests/node/conftest.py); the heaviest tests go last."""
     node = [item for item in items if "tests/node/" in item.nodeid]
     for item in node:
         item.add_marker(pytest.mark.xdist_group("node"))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items[:] = node + [item for item in items if "tests/node/" not in item.nodeid]
+        last = [item for item in items if item.nodeid.startswith(LAST)]
+        rest = [item for item in items if "tests/node/" not in item.nodeid and not item.nodeid.startswith(LAST)]
+        items[:] = node + rest + last
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ def _missing() -> list[str]:
     return missing
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped after this folder's last test: the rest of the suite gets the cores back
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
     """A control plane with one real node (kubelet, containerd, CNI, kube-proxy, CoreDNS) whose pods pull the images
     this run built from the checkout; everything it did to the machine undone after the session."""
