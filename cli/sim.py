@@ -57,7 +57,8 @@ async def serve(args: argparse.Namespace) -> int:
     from simulator.vllm import VllmSimulator
 
     models = args.models or ["sim"]
-    values = {spec.name: getattr(args, spec.name, spec.default) for spec in dataclasses.fields(SimParams)}
+    # the flags add_arguments made (one per numeric parameter); the rest keep their defaults
+    values: dict[str, Any] = {spec.name: getattr(args, spec.name) for spec in dataclasses.fields(SimParams) if hasattr(args, spec.name)}
     try:
         params = SimParams(**values)
     except ValueError as exc:
