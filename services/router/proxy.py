@@ -11,7 +11,7 @@ A request goes to a ready member (probed healthy for its current spec, not drain
 last probe, advertising the model, accepting the API's format: services/router/apis.py), chosen by the
 router's policy (services/router/policy.py; the `x-jetway-route` response header says which and why).
 Errors are in the called API's shape: 400 malformed, 401/403 client keys, 404 unknown model or format,
-413 over the context window (estimated, the estimate stated), 429 over a key's limit, 503 when no member can
+400 over the context window (context_length_exceeded; estimated, the estimate stated), 429 over a key's limit, 503 when no member can
 take it. A member that fails before answering is marked failed, re-probed, and the request retried once
 on another member.
 
