@@ -36,12 +36,14 @@ async def test_a_simulated_model_answers_through_the_router_and_its_member_goes_
             lines.append(line.decode().rstrip())
 
     reader = asyncio.create_task(read())
+    closing: list[openai.AsyncOpenAI] = []  # an SDK client left open is closed by the garbage collector, on a later test's loop
     try:
         await eventually(
             lambda: any("Ctrl-C to stop" in line for line in lines) or sim.returncode is not None, timeout=30, message="jetway sim serving"
         )
         assert lines[1] == "jetway sim: InferencePoolMember/sim-qwen-qwen3-0-6b created; Ctrl-C to stop", lines
         client = openai.AsyncOpenAI(base_url=up.config()["router_url"], api_key="unused", max_retries=0)
+        closing.append(client)
 
         async def answered() -> openai.types.chat.ChatCompletion | None:
             try:
@@ -65,6 +67,8 @@ async def test_a_simulated_model_answers_through_the_router_and_its_member_goes_
         code, _, err = await jetway(stack_dir, "get", "ipm", "sim-qwen-qwen3-0-6b")
         assert code == 3 and "not found" in err
     finally:
+        for client in closing:
+            await client.close()
         if sim.returncode is None:
             sim.kill()
             await sim.wait()

@@ -255,6 +255,10 @@ async def test_a_hand_deleted_deployment_comes_back_unless_paused(controller: Co
         return bool(found and found[0].paused)
 
     await eventually(paused_seen, timeout=TIMEOUT, message="the pause recorded")
+    # a pass begun before the pause was seen may still be writing (a conflict retried re-creates what it finds
+    # gone): two whole passes after it, nothing of it is left in flight
+    seen = workload.passes
+    await eventually(lambda: workload.passes >= seen + 2, timeout=TIMEOUT, message="two passes after the pause")
     await cluster.kube.delete("apps/v1", "Deployment", "qwen", cluster.namespace)
     start = workload.passes
     await eventually(lambda: workload.passes >= start + 2, timeout=TIMEOUT, message="two resyncs")
