@@ -407,7 +407,7 @@ def test_a_rolling_update_of_the_router_fails_no_request(node: NodeCluster, inst
 
 
 BURST_NS = "burst"
-BURST = 100  # deployments; each applied five times in the first burst (500 applies), twice more in the second
+BURST = 50  # deployments; each applied ten times in the first burst (500 applies), four more in the second (200)
 SERVICES = ("watcher", "selector", "storage", "workload", "gateway", "router", "binding", "console")
 
 
@@ -532,14 +532,14 @@ def stored(cluster: NodeCluster, namespace: str) -> dict[str, Any]:
 
 
 def test_service_pods_killed_during_500_applies_lose_nothing(node: NodeCluster, installed: Installation) -> None:
-    """One pod of every service force-deleted (`--grace-period=0 --force`) while 100 ModelDeployments are applied
-    five times each: every one is rendered as last applied, and the event stream replays to what the API server
+    """One pod of every service force-deleted (`--grace-period=0 --force`) while 50 ModelDeployments are applied
+    ten times each: every one is rendered as last applied, and the event stream replays to what the API server
     holds. How long each killed pod's leases had no holder is measured."""
     pods.namespace(node, BURST_NS)
     started = time.monotonic()
     progress: list[int] = []
     result: dict[str, int] = {}
-    applier = threading.Thread(target=lambda: result.update(retried=apply_rounds(node, range(5), progress)), daemon=True)
+    applier = threading.Thread(target=lambda: result.update(retried=apply_rounds(node, range(10), progress)), daemon=True)
     applier.start()
     takeovers: dict[str, float] = {}
     for number, service in enumerate(SERVICES, start=1):
@@ -555,7 +555,7 @@ def test_service_pods_killed_during_500_applies_lose_nothing(node: NodeCluster, 
             takeovers[service] = time.monotonic() - deleted
     applier.join(900)
     assert not applier.is_alive()
-    settled(node, 4)
+    settled(node, 9)
     took = time.monotonic() - started
     print(
         f"\n500 applies rendered in {took:.0f} s, {len(SERVICES)} pods killed, {result.get('retried')} batches sent again", file=sys.stderr
@@ -564,11 +564,11 @@ def test_service_pods_killed_during_500_applies_lose_nothing(node: NodeCluster, 
 
 
 def test_a_nats_pod_deleted_during_a_burst_loses_nothing_and_rejoins(node: NodeCluster, installed: Installation) -> None:
-    """The node leading the event stream is deleted (its preStop lame duck moves the clients away) while the 100
-    deployments are applied twice more: the writes go on over the other two, nothing is lost, and the pod
+    """The node leading the event stream is deleted (its preStop lame duck moves the clients away) while the 50
+    deployments are applied four more times: the writes go on over the other two, nothing is lost, and the pod
     comes back with its volume and catches up."""
     progress: list[int] = []
-    applier = threading.Thread(target=lambda: apply_rounds(node, range(5, 7), progress), daemon=True)
+    applier = threading.Thread(target=lambda: apply_rounds(node, range(10, 14), progress), daemon=True)
     applier.start()
     wait_for(lambda: len(progress) >= 2, 300, "applies going on")
     victim = led_streams(node)["JETWAY_EVENTS"]["cluster"]["leader"]
@@ -577,7 +577,7 @@ def test_a_nats_pod_deleted_during_a_burst_loses_nothing_and_rejoins(node: NodeC
     node.kubectl("-n", SYSTEM, "delete", "pod", victim, "--wait=false")
     applier.join(900)
     assert not applier.is_alive()
-    settled(node, 6)
+    settled(node, 13)
 
     def rejoined() -> bool:
         found = pods.get(node, "pod", victim, "-n", SYSTEM)
