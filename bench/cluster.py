@@ -164,17 +164,18 @@ def _theirs(verb: str, resource: str, subresource: str) -> bool:
     return resource in NOT_OURS or (resource in ("deployments", "jobs") and (bool(subresource) or verb == "PUT"))
 
 
-def per_deployment(calls: Calls, n: int, polls: int) -> dict[str, float]:
+def per_deployment(calls: Calls, n: int, polls: int) -> dict[str, Any]:
     ours = {key: count for key, count in calls.items() if not _theirs(*key)}
     ours[("LIST", "modeldeployments", "")] = ours.get(("LIST", "modeldeployments", ""), 0) - polls  # the benchmark's own polling
     ours[("POST", "modeldeployments", "")] = ours.get(("POST", "modeldeployments", ""), 0) - n  # the benchmark's own creates
     status = sum(
         count for (verb, resource, sub), count in ours.items() if resource == "modeldeployments" and sub == "status" and verb != "GET"
     )
-    return {"status_writes": round(status / n, 1), "api_requests": round(sum(ours.values()) / n, 1)}
+    by_request = {" ".join(filter(None, key)): round(count / n, 2) for key, count in sorted(ours.items(), key=lambda kv: -kv[1]) if count}
+    return {"status_writes": round(status / n, 1), "api_requests": round(sum(ours.values()) / n, 1), "by_request": by_request}
 
 
-async def jetway(kind: str, n: int, bin_dir: Path | None) -> tuple[float, dict[str, float]]:
+async def jetway(kind: str, n: int, bin_dir: Path | None) -> tuple[float, dict[str, Any]]:
     nats = NatsServer(store_dir=Path(tempfile.mkdtemp(prefix="jetway-bench-cluster-"))).start()
     try:
         async with fresh(kind, "bench", bin_dir) as server:
@@ -191,7 +192,7 @@ async def jetway(kind: str, n: int, bin_dir: Path | None) -> tuple[float, dict[s
         nats.stop()
 
 
-async def floor(kind: str, n: int, objects: list[dict[str, Any]], bin_dir: Path | None) -> tuple[float, dict[str, float]]:
+async def floor(kind: str, n: int, objects: list[dict[str, Any]], bin_dir: Path | None) -> tuple[float, dict[str, Any]]:
     """The same writes, made directly: create the deployment, its four objects, patch its status."""
     async with fresh(kind, "floor", bin_dir) as server:
         kube = server.cluster.kube
@@ -266,6 +267,7 @@ async def main(sizes: list[int], servers: list[str]) -> dict[str, Any]:
                     "status_writes_per_deployment": counted["status_writes"],
                     "api_requests_per_deployment": counted["api_requests"],
                     "floor_api_requests_per_deployment": floor_counted["api_requests"],
+                    "requests_per_deployment_by_kind": counted["by_request"],  # where req/d goes (issue 24 #7)
                 }
             )
     print(
@@ -278,6 +280,10 @@ async def main(sizes: list[int], servers: list[str]) -> dict[str, Any]:
             f"{row['ratio_to_floor']:>9}{row['status_writes_per_deployment']:>10}{row['api_requests_per_deployment']:>8}"
             f"{row['floor_api_requests_per_deployment']:>12}"
         )
+    print("\nJetway's requests per deployment, by verb, resource and subresource (the largest first):")
+    for row in rows:
+        kinds = ", ".join(f"{k} {v}" for k, v in list(row["requests_per_deployment_by_kind"].items())[:8])
+        print(f"{row['server']:>9}{row['deployments']:>12,}  {kinds}")
     return {"objects_per_deployment": len(objects), "bursts": rows}
 
 
