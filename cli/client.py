@@ -49,7 +49,7 @@ class ApiError(Exception):
 
 
 class Unreachable(Exception):
-    pass
+    exit_code = NETWORK  # as ApiError's: a caller reports either the same way
 
 
 @dataclass

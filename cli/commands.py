@@ -56,10 +56,7 @@ def _api_call(args: argparse.Namespace, action: Any) -> int:
     except NotRunning as exc:
         print(f"error: {exc}", file=sys.stderr)
         return client.NETWORK
-    except client.Unreachable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return client.NETWORK
-    except client.ApiError as exc:
+    except (client.Unreachable, client.ApiError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BadReference as exc:

@@ -96,12 +96,9 @@ async def _as_member(
     manifest = member(name, url, models, context_window)
     try:
         result = await loop.run_in_executor(None, lambda: api.call("POST", "/v1/apply", manifest, what="apply member"))
-    except client.ApiError as exc:
+    except (client.ApiError, client.Unreachable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except client.Unreachable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return client.NETWORK
     print(f"jetway sim: serving {', '.join(models)} on {url}", flush=True)
     print(f"jetway sim: InferencePoolMember/{name} {result['action']}; Ctrl-C to stop", flush=True)
     await stop.wait()

@@ -32,7 +32,7 @@ def _missing() -> list[str]:
 @pytest.fixture(scope="package")  # stopped after this folder's last test: the rest of the suite gets the cores back
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
     """A control plane with one real node (kubelet, containerd, CNI, kube-proxy, CoreDNS) whose pods pull the images
-    this run built from the checkout; everything it did to the machine undone after the session."""
+    this run built from the checkout; everything it did to the machine undone after this folder's last test."""
     missing = _missing()
     if missing:
         message = f"the test node needs what this machine lacks: {'; '.join(missing)} (docs/development.md, 'The test node')"
@@ -41,7 +41,7 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         pytest.skip(message)
     # one node per machine (its bridge, tables and folder are the host's): a second pytest, or a worker the
     # node's xdist group did not hold, is told so rather than meeting the first node's files
-    lock = open("/var/tmp/jetway-node.lock", "w")  # noqa: SIM115 (held for the session)
+    lock = open("/var/tmp/jetway-node.lock", "w")  # noqa: SIM115 (held while the node runs)
     request.addfinalizer(lock.close)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
