@@ -34,9 +34,9 @@ from typing import Any
 
 from runtime.kube import Kube
 from runtime.natsserver import NatsServer
-from tests.support.cluster import Cluster
-from tests.support.controller import running_controller
-from tests.support.kubeemu import KubeEmulator
+from testbed.controller import running_controller
+from testbed.kubeapi import Cluster
+from testbed.kubeemu import KubeEmulator
 
 Calls = Counter[tuple[str, str, str]]  # (verb, resource, subresource) → requests
 # what the real server's own controllers and admission plugins ask for (ReplicaSets, pods, events, leases,
@@ -143,8 +143,8 @@ async def fresh(kind: str, namespace: str, bin_dir: Path | None) -> AsyncIterato
             await kube.close()
             await emulator.stop()
         return
-    from tests.cluster.controlplane import ControlPlane
-    from tests.support.cluster import RealServer
+    from testbed.cluster.controlplane import ControlPlane
+    from testbed.kubeapi import RealServer
 
     assert bin_dir is not None
     plane = await asyncio.to_thread(ControlPlane(bin_dir).start)
@@ -244,7 +244,7 @@ async def main(sizes: list[int], servers: list[str]) -> dict[str, Any]:
     objects = objects_of_one()
     bin_dir = None
     if "real" in servers:
-        from tests.cluster.build import BuildFailed, build
+        from testbed.cluster.build import BuildFailed, build
 
         try:
             bin_dir = build()

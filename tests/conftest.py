@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.build import CONTROL_PLANE
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError
-from tests.support.cluster import Cluster, RealServer, cluster_for_tests
+from testbed.cluster.build import CONTROL_PLANE
+from testbed.cluster.controlplane import ControlPlane, ControlPlaneError
+from testbed.kubeapi import Cluster, RealServer, cluster_for_tests
 from tests.support.nats import NatsEndpoint, nats_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("contracts", "runtime", "services", "cli", "simulator")
-EVERY = (*PRODUCT, "bench", "tests")
+SUPPORT = "testbed"  # what tests and benchmarks both import: the API emulator, the Go-built cluster, helpers
+EVERY = (*PRODUCT, SUPPORT, "bench", "tests")
 
 
 def _modules() -> dict[str, Path]:
@@ -83,7 +84,20 @@ def test_each_floor_imports_only_the_floors_below(floor: str) -> None:
 
 
 def test_no_product_module_imports_the_tests() -> None:
-    found = sorted(f"{m} imports {t}" for m, ts in GRAPH.items() if _top(m) in PRODUCT for t in ts if _top(t) == "tests")
+    found = sorted(
+        f"{m} imports {t}" for m, ts in GRAPH.items() if _top(m) in PRODUCT for t in ts if _top(t) in ("tests", SUPPORT, "bench")
+    )
+    assert not found, found
+
+
+def test_the_benchmarks_import_nothing_from_the_tests() -> None:
+    """What a benchmark shares with the tests lives in testbed/, which imports neither of them."""
+    found = sorted(
+        f"{m} imports {t}"
+        for m, ts in GRAPH.items()
+        for t in ts
+        if (_top(m) == "bench" and _top(t) == "tests") or (_top(m) == SUPPORT and _top(t) in ("tests", "bench"))
+    )
     assert not found, found
 
 

@@ -25,11 +25,11 @@ from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.rerun import changes
 from services.selector import decide
+from testbed.waiting import eventually
 from tests.contracts.cases import AD, APC, MD, changed
 from tests.support.cli import run_jetway
 from tests.support.nats import nats_endpoint
 from tests.support.stack import quiet, running_binding, running_pipeline, running_stack
-from tests.support.waiting import eventually
 
 HEAVY_RULE = "has(spec.resources.gpu) && spec.resources.gpu.count >= 4"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import openai
 
+from testbed.waiting import eventually
 from tests.cli.test_up import jetway, stack_dir, start_up  # noqa: F401 (stack_dir is a fixture)
 from tests.support.cli import jetway_command
-from tests.support.waiting import eventually
 
 
 async def test_a_simulated_model_answers_through_the_router_and_its_member_goes_with_it(stack_dir: Path) -> None:  # noqa: F811

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.waiting import eventually
 from tests.support.cli import jetway_command
 from tests.support.openai_upstream import FakeOpenAI
-from tests.support.waiting import eventually
 
 ECHO_EXAMPLE = (Path(__file__).resolve().parents[2] / "examples/echo-member.yaml").read_text()
 

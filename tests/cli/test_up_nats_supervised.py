@@ -8,8 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+from testbed.waiting import eventually
 from tests.cli.test_up import jetway, start_up
-from tests.support.waiting import eventually
 
 
 def nats_pid(data: Path) -> int | None:

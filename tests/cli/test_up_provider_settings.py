@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from services.workload.render import kaito
+from testbed.waiting import eventually
 from tests.cli.test_up import jetway, start_up
-from tests.support.waiting import eventually
 
 GPU_SKU = "Standard_NC24ads_A100_v4"
 MANIFEST = {

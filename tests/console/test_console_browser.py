@@ -9,10 +9,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from testbed.waiting import eventually
 from tests.console.conftest import screenshot
 from tests.contracts.cases import MD, changed
 from tests.support.stack import Stack, echo_member
-from tests.support.waiting import eventually
 
 pytest.importorskip("playwright", reason="the console's browser tests need the playwright package: pip install -e '.[test]'")
 from playwright.async_api import expect

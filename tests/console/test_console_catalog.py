@@ -19,10 +19,10 @@ import yaml
 from contracts.cluster import DISCOVERY, ApisDiscovered
 from contracts.subjects import WATCHER
 from runtime.service import Runner
+from testbed.waiting import eventually
 from tests.console.conftest import screenshot
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import Stack, running_binding
-from tests.support.waiting import eventually
 
 try:
     from playwright.async_api import expect

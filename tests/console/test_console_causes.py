@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from testbed.waiting import eventually
 from tests.console.test_console_events import caused_by_a_provider, events_of
 from tests.contracts.cases import MD
 from tests.support.stack import Stack
-from tests.support.waiting import eventually
 
 pytest.importorskip("playwright", reason="the console's browser tests need the playwright package: pip install -e '.[test]'")
 from playwright.async_api import expect

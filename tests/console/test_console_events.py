@@ -13,9 +13,9 @@ from runtime.service import Runner, RunnerSettings
 from runtime.snapshots import SnapshotSettings
 from services.console.events import EventIndex
 from services.watcher.handlers import WatcherService
+from testbed.waiting import eventually
 from tests.contracts.cases import IPC, MD, changed
 from tests.support.stack import Stack
-from tests.support.waiting import eventually
 
 # A CPU-only trtllm deployment: no built-in provider runs it, so the selector fails it and waits for a provider
 # that does. `ACME` is one; its arrival is what the deployment's ProviderSelected is caused by: another resource.

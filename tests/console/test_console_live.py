@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from runtime.service import Runner
+from testbed.waiting import eventually
 from tests.console.test_console_catalog import HELPER, apply_examples
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import Stack, next_sse_event, running_binding
-from tests.support.waiting import eventually
 
 pytest.importorskip("playwright", reason="the console's browser tests need the playwright package: pip install -e '.[test]'")
 from playwright.async_api import expect

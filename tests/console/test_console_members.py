@@ -11,9 +11,9 @@ import pytest
 
 from services.console.figures import Sample, figures, from_exposition, keep, quantile, sample
 from services.router.metrics import Recorder
+from testbed.waiting import eventually
 from tests.console.conftest import screenshot
 from tests.support.stack import Stack
-from tests.support.waiting import eventually
 
 TIMEOUT = 20_000  # ms
 BOUNDS = (0.1, 0.2, 0.5)

@@ -22,10 +22,10 @@ import yaml
 
 from cli.config import ClientConfig
 from contracts import yamlstream
+from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
 from tests.support.cli import run_jetway
 from tests.support.stack import Stack
-from tests.support.waiting import eventually
 
 TIMEOUT = 20_000  # ms
 # The provider is named: chosen automatically, the selector picks among the providers it knows when it decides, and

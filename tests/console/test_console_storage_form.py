@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from testbed.waiting import eventually
 from tests.support.stack import Stack
-from tests.support.waiting import eventually
 
 pytest.importorskip("playwright", reason="the console's browser tests need the playwright package: pip install -e '.[test]'")
 from playwright.async_api import expect

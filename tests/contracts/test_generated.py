@@ -17,9 +17,9 @@ from cli.manifests import load_documents
 from contracts.kinds import KINDS
 from contracts.rules.urls import base_url_problem
 from contracts.schemagen import BASE_URL_RE, crd
+from testbed.crdschema import validate_resource
 from tests.contracts.cases import AD, APC, DELETE, MD, MEMBER, changed
 from tests.contracts.test_examples import EXAMPLES
-from tests.support.crdschema import validate_resource
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,8 +28,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from testbed.waiting import eventually_sync
 from tests.support.cli import ROOT, jetway_command
-from tests.support.waiting import eventually_sync
 
 BOUND = 10.0  # seconds: no answer may take longer (a bound on the client that catches a hang, not a measurement)
 KINDS = ["ModelDeployment", "InferencePoolMember", "InferenceProviderConfig", "AgentDeployment", "AgentProviderConfig", "Bogus"]

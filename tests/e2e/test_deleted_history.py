@@ -15,10 +15,10 @@ from contracts.pipeline import WorkloadRendered
 from contracts.subjects import WORKLOAD, Key
 from runtime.bus import DELETED_GRACE_ENV, StreamSettings, connect
 from runtime.eventstore import EventStore
+from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
-from tests.support.waiting import eventually
 
 GRACE = 3.0  # long enough for the read just after the delete to come first on a loaded machine
 QUICK = dataclasses.replace(SETTINGS, streams=StreamSettings(deleted_grace=GRACE))

@@ -20,9 +20,9 @@ from contracts.subjects import facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
+from testbed.waiting import eventually
 from tests.contracts.cases import IPC, MD, changed
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import eventually
 
 ECHO: dict[str, Any] = {
     "apiVersion": "airdress.co/v1alpha1",

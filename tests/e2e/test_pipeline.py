@@ -14,9 +14,9 @@ from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
 from services import pipeline
+from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
 from tests.support.stack import SETTINGS, Stack, running_pipeline
-from tests.support.waiting import eventually
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
 from services.workload.providers import builtin_configs
+from testbed.waiting import eventually
 from tests.contracts.cases import changed
 from tests.support.stack import Stack, running_pipeline
-from tests.support.waiting import eventually
 
 VLLM = Key("InferenceProviderConfig", "", "vllm")
 

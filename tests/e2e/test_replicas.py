@@ -18,10 +18,10 @@ from contracts.pipeline import ProviderSelected, StoragePlanned, WorkloadRendere
 from contracts.subjects import ALL_EVENTS, ALL_PARTITIONS, SELECTOR, SPEC, STORAGE, WORKLOAD
 from runtime.bus import connect
 from runtime.eventstore import EventStore
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.replicas import Replicas, running_replicas
 from tests.support.stack import Burst, Stack, running_stack
-from tests.support.waiting import eventually
 
 BURST = 1000
 TTL = 4.0

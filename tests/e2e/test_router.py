@@ -17,12 +17,12 @@ from cli.config import ClientConfig
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from services.router.computeagent import ComputeAgent
+from testbed.waiting import eventually
 from tests.support.cli import run_jetway
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.pki import make_ca
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import eventually
 
 TICK = 0.3
 

@@ -12,10 +12,10 @@ import anthropic
 import openai
 import pytest
 
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import eventually
 
 TOKEN = "member-token-not-for-clients"
 

@@ -20,10 +20,10 @@ from prometheus_client import REGISTRY
 from services.router import proxy
 from services.router.keyfile import KeyFile
 from services.router.keys import ClientKey, Gate, KeyRing, hash_key, new_key
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import eventually
 
 ECHO = {
     "apiVersion": "airdress.co/v1alpha1",

@@ -22,11 +22,11 @@ from services.router.computeagent import ComputeAgent
 from services.router.probe import MAX_MODELS_BODY
 from services.router.signal import AGENT_PAUSE_AT, MAX_WAITING, ReplyStream
 from services.router.upstream import MAX_HEAD, Endpoint, UpstreamPool
+from testbed.waiting import eventually
 from tests.e2e.test_router import member, serve  # one copy of the helpers: test_router's
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import eventually
 
 TICK = 0.3
 

@@ -19,9 +19,9 @@ from runtime.bus import connect
 from runtime.eventstore import EventStore
 from services.router import policy
 from simulator.vllm import SimParams, VllmSimulator
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import eventually
 
 SYSTEMS = ["You are a careful assistant for team " + name + ". " + ("Context line about the project. " * 40) for name in "ABCD"]
 

@@ -13,9 +13,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.natsserver import free_port
+from testbed.waiting import eventually
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack
-from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,9 +22,9 @@ from runtime.leases import LeaseSettings
 from runtime.secrets import FileSecrets
 from services.router import main as router_main
 from services.router import proxy
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
-from tests.support.waiting import eventually
 
 TTL = 8.0  # renewed every 2 s: a loaded machine starving one renewal must not move a partition mid-test
 

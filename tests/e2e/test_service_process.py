@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 
 from runtime.natsserver import NatsServer, free_port
-from tests.support.waiting import eventually
+from testbed.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,10 +14,10 @@ from contracts.subjects import SPEC, Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from services.workload.providers import BUILTIN
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.replicas import running_replicas
 from tests.support.stack import running_stack
-from tests.support.waiting import eventually
 
 PROVIDERS = "/v1/kinds/InferenceProviderConfig"
 

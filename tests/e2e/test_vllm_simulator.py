@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.vllm import CACHED_HEADER, SimParams, VllmSimulator
-from tests.support.waiting import eventually, within
+from testbed.waiting import eventually, within
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD = 1e6  # a slow_factor that keeps every request in flight until it is set back

@@ -17,12 +17,12 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.cluster import Cluster
-from tests.support.controller import running_controller
+from testbed.controller import running_controller
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.support.kubecases import MDV, TIMEOUT, get_obj, listener, make_gateway, running_md
 from tests.support.nats import NatsEndpoint
 from tests.support.openai_upstream import FakeOpenAI
-from tests.support.waiting import eventually
 
 MODEL = "Qwen/Qwen3-0.6B"
 

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from runtime.kube import KubeError
-from tests.cluster import thirdparty
-from tests.support.cluster import CRD_API, CRDS, Cluster, foreign_crd, gateway_api_crds
-from tests.support.controller import Controller, running_controller
+from testbed.cluster import thirdparty
+from testbed.controller import Controller, running_controller
+from testbed.kubeapi import CRD_API, CRDS, Cluster, foreign_crd, gateway_api_crds
+from testbed.waiting import eventually
 from tests.support.kubecases import (
     MDV,
     TIMEOUT,
@@ -32,10 +33,9 @@ from tests.support.kubecases import (
     running_md,
 )
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 INSTRUCTIONS = "Install the Kagent operator before deploying agents with this framework."
-KAGENT_CRDS = [  # stand-ins: kagent publishes no Go module to take its CRDs from (tests/cluster/thirdparty.py)
+KAGENT_CRDS = [  # stand-ins: kagent publishes no Go module to take its CRDs from (testbed/cluster/thirdparty.py)
     foreign_crd("kagent.dev", "v1alpha2", "Agent", "agents"),
     foreign_crd("kagent.dev", "v1alpha2", "ModelConfig", "modelconfigs"),
 ]

@@ -11,8 +11,9 @@ import pytest
 from contracts.cluster import CLEANUP_FINALIZER
 from contracts.subjects import Key
 from runtime.kube import NotFound
-from tests.support.cluster import Cluster, foreign_crd
-from tests.support.controller import Controller, running_controller
+from testbed.controller import Controller, running_controller
+from testbed.kubeapi import Cluster, foreign_crd
+from testbed.waiting import eventually
 from tests.support.kubecases import (
     MDV,
     TIMEOUT,
@@ -27,7 +28,6 @@ from tests.support.kubecases import (
 )
 from tests.support.nats import NatsEndpoint
 from tests.support.tcpproxy import TcpProxy
-from tests.support.waiting import eventually
 
 
 @pytest.fixture

@@ -24,12 +24,12 @@ import yaml
 
 from contracts.natsauth import PASSWORD_ENV, USER_ENV
 from runtime.natsserver import NatsServer, free_port
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.console.conftest import browser, screenshot  # noqa: F401 (a fixture)
 from tests.kube.test_least_privilege import installed, kubeconfig_with, secured_nats, token_for  # noqa: F401 (fixtures)
 from tests.support.cli import ROOT
-from tests.support.cluster import Cluster
 from tests.support.kubecases import MDV, deployment_manifest
-from tests.support.waiting import eventually
 
 TIMEOUT = 60
 MD_RULE = {"apiGroups": ["airunway.ai"], "resources": ["modeldeployments"]}

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.kubeapi import RealServer
 from tests.support.cli import ROOT
-from tests.support.cluster import RealServer
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from runtime.kube import Gone, KubeError, NotFound
+from testbed.kubeapi import CRD_API, Cluster, foreign_crd
+from testbed.waiting import eventually
 from tests.contracts.cases import MD
-from tests.support.cluster import CRD_API, Cluster, foreign_crd
-from tests.support.waiting import eventually
 
 MDV = "airunway.ai/v1alpha1"
 

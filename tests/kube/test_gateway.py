@@ -2,7 +2,7 @@
 Extension objects for running ModelDeployments, the Gateway they route through, `GatewayReady` and
 `status.gateway`.
 
-On a real server the CRDs are upstream's own (tests/cluster/thirdparty.py), so their defaults and
+On a real server the CRDs are upstream's own (testbed/cluster/thirdparty.py), so their defaults and
 CEL rules apply; the test plays the Gateway's controller (its status subresource) and the kubelet
 (`report_pods`); a refused write is a real RBAC refusal of the gateway service's own identity."""
 
@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from runtime.kube import NotFound
-from tests.support.cluster import Cluster, foreign_crd
-from tests.support.controller import Controller, running_controller
+from testbed.controller import Controller, running_controller
+from testbed.kubeapi import Cluster, foreign_crd
+from testbed.waiting import eventually
 from tests.support.kubecases import MDV, TIMEOUT, condition, get_md, get_obj, listener, make_gateway, running_md
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 POOL = "inference.networking.k8s.io/v1"
 ROUTES = "gateway.networking.k8s.io/v1"

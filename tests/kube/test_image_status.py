@@ -15,15 +15,15 @@ from runtime.kubewriter import KubeWriter
 from runtime.service import Runner
 from services.workload.handlers import WorkloadService
 from services.workload.registry import RegistryResolver
-from tests.registry.fixtures import LABELS, oci
-from tests.registry.server import Registry
-from tests.support.cluster import Cluster
-from tests.support.controller import RESYNC, SERVICES, SETTINGS, Controller, running_controller
+from testbed.controller import RESYNC, SERVICES, SETTINGS, Controller, running_controller
+from testbed.kubeapi import Cluster
+from testbed.registry.fixtures import LABELS, oci
+from testbed.registry.server import Registry
+from testbed.waiting import eventually
 from tests.support.kubecases import TIMEOUT, condition, deployment_manifest, move_deployment, phase_is
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
-__all__ = ["oci"]  # the registry fixture (tests/registry/fixtures.py)
+__all__ = ["oci"]  # the registry fixture (testbed/registry/fixtures.py)
 
 
 @pytest.fixture

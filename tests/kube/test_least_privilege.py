@@ -25,13 +25,13 @@ from contracts.natsauth import PASSWORD_ENV, USER_ENV, new_password
 from contracts.natsauth import SERVICES as NATS_USERS
 from runtime.kube import Kube, KubeError
 from runtime.natsserver import NatsServer, free_port
-from tests.cluster.thirdparty import gateway_api_crds
+from testbed.cluster.thirdparty import gateway_api_crds
+from testbed.kubeapi import Cluster, RealServer, cluster_for_tests
+from testbed.waiting import eventually
 from tests.kube.test_deploy_applied import KUBECTL
 from tests.kube.test_processes import SERVICES, processes
 from tests.support.cli import ROOT
-from tests.support.cluster import Cluster, RealServer, cluster_for_tests
 from tests.support.kubecases import MDV, condition, deployment_manifest, get_md, get_obj, listener, make_gateway, move_deployment, phase_is
-from tests.support.waiting import eventually
 
 SYSTEM = "jetway-system"
 RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}

@@ -20,11 +20,11 @@ import yaml
 
 from runtime.natsserver import free_port
 from services.workload.providers import builtin_configs
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
 from tests.support.cli import ROOT
-from tests.support.cluster import Cluster
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 SERVICES = ("watcher", "selector", "storage", "workload", "gateway", "router", "binding")
 

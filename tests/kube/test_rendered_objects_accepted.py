@@ -10,7 +10,7 @@ value the schema or its CEL rules refuse, or any warning fails the case with the
 Nothing is stored.
 
 Which schemas judge:
-- from the projects' own Go modules (tests/cluster/thirdparty.py): Gateway API v1.6.3 (Gateway,
+- from the projects' own Go modules (testbed/cluster/thirdparty.py): Gateway API v1.6.3 (Gateway,
   HTTPRoute, ReferenceGrant), Gateway API Inference Extension v1.5.0, AI Runway's pin, and
   v1.6.2, the newest served (InferencePool), KubeRay
   ray-operator v1.5.0 (RayService);
@@ -57,11 +57,11 @@ from services.storage import decide as storage
 from services.workload import render as workload
 from services.workload.providers import builtin_configs
 from services.workload.render.common import Inputs
-from tests.cluster.thirdparty import INFERENCE_EXTENSION_NEWEST, UPSTREAM, upstream_crd
+from testbed.cluster.thirdparty import INFERENCE_EXTENSION_NEWEST, UPSTREAM, upstream_crd
+from testbed.kubeapi import CRDS, Cluster, RealServer, cluster_for_tests, foreign_crd
 from tests.contracts.cases import AD, APC, MD, changed
 from tests.services.test_render import CASES as RENDER_CASES
 from tests.services.test_render import DISAGG
-from tests.support.cluster import CRDS, Cluster, RealServer, cluster_for_tests, foreign_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = Path(sys.executable).parent / "kubectl"

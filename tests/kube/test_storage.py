@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Cluster
-from tests.support.controller import Controller, running_controller
+from testbed.controller import Controller, running_controller
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.support.kubecases import TIMEOUT, condition, deployment_manifest, get_md, get_obj
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 VOLUMES = "spec.model.storage.volumes"
 

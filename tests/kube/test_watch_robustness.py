@@ -18,8 +18,8 @@ import pytest
 from runtime.kube import METADATA, METADATA_LIST, EventTooLarge, Kube, KubeError
 from services.watcher.cluster import CRDS, ClusterSync
 from services.watcher.handlers import WatcherService
-from tests.support.cluster import Cluster, foreign_crd
-from tests.support.waiting import eventually
+from testbed.kubeapi import Cluster, foreign_crd
+from testbed.waiting import eventually
 
 MIB = 1024 * 1024
 DATA = 1_000_000  # a ConfigMap's values may hold 1 MiB at most

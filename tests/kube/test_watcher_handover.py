@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.subjects import Key
-from tests.support.cluster import Cluster
-from tests.support.controller import Controller, running_controller
+from testbed.controller import Controller, running_controller
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.support.kubecases import TIMEOUT, deployment_manifest, get_md, phase_is
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 
 @pytest.fixture

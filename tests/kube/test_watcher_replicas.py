@@ -16,11 +16,11 @@ from runtime.bus import connect
 from runtime.leases import LeaseSettings
 from services.watcher import main as watcher_main
 from services.watcher.cluster import GROUPS, ClusterSync
-from tests.support.cluster import Cluster
-from tests.support.controller import SETTINGS, Controller, running_controller
+from testbed.controller import SETTINGS, Controller, running_controller
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.support.kubecases import MDV, TIMEOUT, deployment_manifest, get_md, phase_is
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 TTL = 4.0
 WITHOUT_WATCHER = ("selector", "storage", "workload", "gateway", "binding")

@@ -15,8 +15,8 @@ import pytest
 from contracts.admission import admit
 from services.watcher import certs, webhook
 from services.watcher.main import ensure_certificate
+from testbed.kubeapi import Cluster
 from tests.contracts.cases import MD, MEMBER, changed
-from tests.support.cluster import Cluster
 
 
 def request(obj: dict[str, Any], *, old: dict[str, Any] | None = None, operation: str | None = None) -> dict[str, Any]:

@@ -26,10 +26,10 @@ from runtime.kube import Kube, KubeError
 from runtime.natsserver import free_port
 from services.watcher import certs, webhook
 from services.watcher.handlers import WatcherService
+from testbed.kubeapi import Cluster, RealServer, cluster_for_tests
+from testbed.waiting import eventually
 from tests.contracts.cases import IPC, MD, changed
 from tests.kube.test_deploy_applied import KUBECTL
-from tests.support.cluster import Cluster, RealServer, cluster_for_tests
-from tests.support.waiting import eventually
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 MDV = "airunway.ai/v1alpha1"

@@ -1,4 +1,4 @@
-"""The node the tests in this folder run pods on (tests/cluster/node.py), built and started once per session.
+"""The node the tests in this folder run pods on (testbed/cluster/node.py), built and started once per session.
 
 Without what the node needs (root, runc, nftables, buildah, mmdebstrap, Go, ...) the tests skip and name
 what is missing; under CI (`CI=true`) they fail instead, as the control plane's tests do.
@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.build import CONTROL_PLANE, NODE, go_binary
-from tests.cluster.images import ImageBuildFailed, missing_tools
-from tests.cluster.node import NodeCluster, NodeError, host_leftovers, missing_features, node_cluster
-from tests.registry.build import REGISTRY
-from tests.registry.server import RegistryError
+from testbed.cluster.build import CONTROL_PLANE, NODE, go_binary
+from testbed.cluster.images import ImageBuildFailed, missing_tools
+from testbed.cluster.node import NodeCluster, NodeError, host_leftovers, missing_features, node_cluster
+from testbed.registry.build import REGISTRY
+from testbed.registry.server import RegistryError
 
 NO_GO = "the test node is built from Go modules and this machine has no Go: install Go 1.26+ and run the suite again (docs/development.md)"
 

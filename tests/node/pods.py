@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.node import NodeCluster
+from testbed.cluster.node import NodeCluster
 
 
 def apply(cluster: NodeCluster, *documents: dict[str, Any]) -> None:

@@ -34,9 +34,9 @@ import pytest
 import yaml
 
 from runtime.bus import Credentials, connect
-from tests.cluster.images import _pip_settings as pip_settings
-from tests.cluster.images import cache_root as cluster_images_store
-from tests.cluster.node import NodeCluster
+from testbed.cluster.images import _pip_settings as pip_settings
+from testbed.cluster.images import cache_root as cluster_images_store
+from testbed.cluster.node import NodeCluster
 from tests.node import pods
 from tests.support import tiltfile
 from tests.support.cli import ROOT
@@ -82,7 +82,7 @@ def image_overlay(cluster: NodeCluster, folder: Path) -> Path:
 def run_documented(cluster: NodeCluster, installation: Installation) -> None:
     for command in documented_install():
         if command.startswith("docker build"):
-            # the session built this image with buildah from the same Dockerfile (tests/cluster/images.py)
+            # the session built this image with buildah from the same Dockerfile (testbed/cluster/images.py)
             assert "-f deploy/Dockerfile" in command, command
             continue
         if command.startswith(("kind load", "docker push")):

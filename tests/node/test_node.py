@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.node import NFT_TABLE, NODE_IP, NODE_NAME, NodeCluster
+from testbed.cluster.node import NFT_TABLE, NODE_IP, NODE_NAME, NodeCluster
 from tests.node import pods
 
 

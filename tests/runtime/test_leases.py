@@ -16,8 +16,8 @@ from contracts.natsauth import LEASE_BUCKET
 from contracts.subjects import ALL_PARTITIONS
 from runtime.bus import connect
 from runtime.leases import BUCKET, MARGIN, Leases, LeaseSettings, View, balanced, fair_share, plan, preference
+from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually
 
 PARTS = tuple(ALL_PARTITIONS)
 TTL = 2.0

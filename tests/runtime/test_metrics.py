@@ -20,7 +20,7 @@ from runtime.entry import serve_health
 from runtime.eventstore import EventStore
 from runtime.leases import Leases, LeaseSettings
 from runtime.service import Effects, Runner, RunnerSettings, Service
-from tests.support.waiting import eventually, within
+from testbed.waiting import eventually, within
 
 FAST = RunnerSettings(backoff=(0.05, 0.1, 0.2), max_attempts=3)
 APPLIED = type_tag(ResourceApplied)

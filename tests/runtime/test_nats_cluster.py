@@ -21,10 +21,10 @@ from runtime.leases import STREAM as LEASES_STREAM
 from runtime.natsserver import NatsCluster, free_port
 from runtime.service import Runner, RunnerSettings
 from runtime.snapshots import SnapshotSettings, SnapshotStore
+from testbed.waiting import eventually
 from tests.support.ack_service import AckService
 from tests.support.nats import NatsEndpoint, nats_cluster
 from tests.support.stack import Burst, Stack, running_pipeline, running_stack
-from tests.support.waiting import eventually
 
 BURST = 1000
 

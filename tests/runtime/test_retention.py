@@ -11,7 +11,7 @@ from contracts.events import StatusCondition, StatusReported, StatusSlice, encod
 from contracts.subjects import ROUTER, Key
 from runtime.bus import EVENTS_STREAM, HISTORY_ENV, HISTORY_PER_FACET, StreamSettings, ensure_streams
 from runtime.eventstore import EventStore
-from tests.support.waiting import eventually
+from testbed.waiting import eventually
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 

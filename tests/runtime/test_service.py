@@ -23,9 +23,9 @@ from contracts.subjects import Key, facet_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM
 from runtime.eventstore import EventStore
 from runtime.service import Effects, Runner, RunnerSettings
+from testbed.waiting import eventually, within
 from tests.support.ack_service import AckService
 from tests.support.nats import NatsEndpoint
-from tests.support.waiting import eventually, within
 
 ROOT = Path(__file__).resolve().parents[2]
 Started = list[tuple[Runner, "asyncio.Task[None]"]]

@@ -38,10 +38,10 @@ from services.selector.projection import SelectorState
 from services.storage.handlers import StorageService
 from services.watcher.handlers import WatcherService
 from services.workload.handlers import WorkloadService
+from testbed.waiting import eventually
 from tests.contracts.cases import AD, APC, IPC, MD, MEMBER, changed
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, quiet, running_stack
-from tests.support.waiting import eventually
 
 OFTEN = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(every_events=3, every_seconds=3600.0))
 NEVER = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(enabled=False))

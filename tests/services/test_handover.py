@@ -27,10 +27,10 @@ from services.router import main as router_main
 from services.router.projection import Members
 from services.selector.handlers import SelectorService
 from services.watcher import main as watcher_main
+from testbed.waiting import eventually
 from tests.contracts.cases import IPC, MD, MEMBER, changed
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, running_stack
-from tests.support.waiting import eventually
 
 BROKEN_RULE = "spec.nowhere.count > 1"  # compiles, fails to evaluate on every spec
 ECHO = {"spec.backend": "echo", "spec.url": ""}  # a member that dials nothing

@@ -1,5 +1,5 @@
 """Direct vLLM image resolution against a real OCI registry on 127.0.0.1: go-containerregistry's registry
-server, built from its Go module (tests/registry/build.py), with images pushed by crane. No mock of the
+server, built from its Go module (testbed/registry/build.py), with images pushed by crane. No mock of the
 client: Jetway's registry edge (services/workload/registry.py, python-dxf) talks HTTP to the registry, and
 the digest it resolves is compared with the one the registry gives (`crane digest`).
 
@@ -26,14 +26,14 @@ from runtime.service import Runner
 from services import pipeline
 from services.workload import registry
 from services.workload.handlers import WorkloadService
+from testbed.registry.fixtures import oci
+from testbed.registry.server import Registry
+from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
-from tests.registry.fixtures import oci
-from tests.registry.server import Registry
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, running_stack
-from tests.support.waiting import eventually
 
-__all__ = ["oci"]  # the registry fixture (tests/registry/fixtures.py)
+__all__ = ["oci"]  # the registry fixture (testbed/registry/fixtures.py)
 
 NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
 

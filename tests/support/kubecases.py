@@ -13,9 +13,9 @@ from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.kube import Kube
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
-from tests.support.cluster import Cluster
-from tests.support.waiting import eventually
 
 MDV = "airunway.ai/v1alpha1"
 TIMEOUT = 30

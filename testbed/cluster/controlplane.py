@@ -7,7 +7,7 @@ namespaces, Deployments → ReplicaSets → Pods, Jobs, service-account tokens).
 no kubelet: pods are created and stay unscheduled; a test that needs a running pod plays the
 kubelet through the status subresource.
 
-By hand: `python -m tests.cluster` starts one and prints the `export KUBECONFIG=...` line.
+By hand: `python -m testbed.cluster` starts one and prints the `export KUBECONFIG=...` line.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from runtime.natsserver import free_port
-from tests.cluster import pki
+from testbed.cluster import pki
 
 COMPACTION_INTERVAL = "5s"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -51,7 +51,7 @@ CONTROLLERS = (
 )
 
 
-# With a node (tests/cluster/node.py), what a real cluster's controller manager also runs for pods that
+# With a node (testbed/cluster/node.py), what a real cluster's controller manager also runs for pods that
 # really run: nodes' health and taints, Services' endpoints, StatefulSets and their volumes, disruption
 # budgets, quotas, and the garbage collection of pods a node lost.
 NODE_CONTROLLERS = (

@@ -1,4 +1,4 @@
-"""`python -m tests.cluster`: build (cached) and start the test control plane, print how to use
+"""`python -m testbed.cluster`: build (cached) and start the test control plane, print how to use
 it, and keep it running until Ctrl-C."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 import sys
 
-from tests.cluster.build import BuildFailed, build
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from testbed.cluster.build import BuildFailed, build
+from testbed.cluster.controlplane import ControlPlane, ControlPlaneError
 
 
 def main() -> int:

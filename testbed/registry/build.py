@@ -1,6 +1,6 @@
 """Build the test registry (go-containerregistry's OCI distribution server) and crane from Go modules,
-as tests/cluster/build.py builds the control plane: once per machine into a cache folder
-(`python -m tests.registry.build`), with progress printed and a lock. Nothing is downloaded but Go
+as testbed/cluster/build.py builds the control plane: once per machine into a cache folder
+(`python -m testbed.registry.build`), with progress printed and a lock. Nothing is downloaded but Go
 modules, through the Go module proxy.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.cluster.build import BuildFailed, GoBuild, Target, go_binary
+from testbed.cluster.build import BuildFailed, GoBuild, Target, go_binary
 
 HERE = Path(__file__).resolve().parent
 GOMOD = HERE / "gomod"

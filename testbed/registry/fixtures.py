@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.registry.build import REGISTRY
-from tests.registry.server import Registry, RegistryError
+from testbed.registry.build import REGISTRY
+from testbed.registry.server import Registry, RegistryError
 
 NO_GO = (
     "the test registry is built from Go modules (go-containerregistry) and this machine has no Go: "

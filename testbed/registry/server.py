@@ -1,6 +1,6 @@
 """A real OCI registry on 127.0.0.1 for the image-resolution tests, and crane to put images in it.
 
-The registry is go-containerregistry's in-memory server (built by tests/registry/build.py); crane
+The registry is go-containerregistry's in-memory server (built by testbed/registry/build.py); crane
 pushes small images (a one-file layer, the labels and config a test asks for) and says which digest
 the registry gave them, so a test compares what Jetway resolves with the registry's own answer.
 """

@@ -1,6 +1,6 @@
 """A Kubernetes API for tests: the emulator, or a real API server.
 
-The real one is the test control plane (tests/cluster/: kube-apiserver, etcd and
+The real one is the test control plane (testbed/cluster/: kube-apiserver, etcd and
 kube-controller-manager built from their Go modules), or the cluster KUBECONFIG names. Each
 test on a real server gets a namespace of its own. On our own control plane (`owned`) tests may
 also make cluster-wide changes (CRDs, webhook configurations) and undo them; on a cluster
@@ -25,11 +25,11 @@ import pytest
 import yaml
 
 from runtime.kube import Gone, Kube, KubeError
-from tests.cluster import thirdparty
-from tests.support.kubeemu import KubeEmulator
-from tests.support.waiting import eventually
+from testbed.cluster import thirdparty
+from testbed.kubeemu import KubeEmulator
+from testbed.waiting import eventually
 
-CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+CRDS = Path(__file__).resolve().parents[1] / "deploy" / "crds"
 CRD_API = "apiextensions.k8s.io/v1"
 RBAC_API = "rbac.authorization.k8s.io/v1"
 

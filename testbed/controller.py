@@ -26,8 +26,8 @@ from services.storage.handlers import StorageService
 from services.watcher import main as watcher_main
 from services.watcher.cluster import ClusterSync
 from services.workload.handlers import WorkloadService
-from tests.support.cluster import Cluster
-from tests.support.waiting import eventually
+from testbed.kubeapi import Cluster
+from testbed.waiting import eventually
 
 SETTINGS = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2))
 RESYNC = 1.0  # seconds: short, so level-triggered repair is seen within a test

@@ -24,7 +24,7 @@ What it does to this machine, and how each is kept or undone:
 
 `clean_host()` undoes all of it, in order: pods' processes, the node's programs and shims, cgroups,
 tables, the bridge, `ip_forward`, the folder. It runs at the end and again at the start, so a run that
-was killed leaves nothing for the next one to trip on. By hand: `python -m tests.cluster.node`.
+was killed leaves nothing for the next one to trip on. By hand: `python -m testbed.cluster.node`.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from typing import Any
 import yaml
 
 from runtime.natsserver import free_port, nats_server_binary
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError, _die_with_parent
-from tests.cluster.images import ImageBuilder, ImageBuildFailed, NodeImages, build_all, missing_tools
-from tests.registry.server import Registry, RegistryError
+from testbed.cluster.controlplane import ControlPlane, ControlPlaneError, _die_with_parent
+from testbed.cluster.images import ImageBuilder, ImageBuildFailed, NodeImages, build_all, missing_tools
+from testbed.registry.server import Registry, RegistryError
 
 NODE_NAME = "jetway-node"
 BRIDGE = "jetway0"
@@ -772,9 +772,9 @@ def node_cluster(
 
 
 def main() -> int:
-    """`python -m tests.cluster.node`: build (cached) and start the node, print how to use it, run until Ctrl-C."""
-    from tests.cluster.build import CONTROL_PLANE, NODE, BuildFailed
-    from tests.registry.build import REGISTRY
+    """`python -m testbed.cluster.node`: build (cached) and start the node, print how to use it, run until Ctrl-C."""
+    from testbed.cluster.build import CONTROL_PLANE, NODE, BuildFailed
+    from testbed.registry.build import REGISTRY
 
     missing = missing_features() + [f"{tool} (Debian package {tool})" for tool in missing_tools()]
     if missing:

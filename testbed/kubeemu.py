@@ -43,7 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.crdschema import validate_resource
+from testbed.crdschema import validate_resource
 
 _FIELD_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar("field_validation", default="Warn")
 _WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)

@@ -1,7 +1,7 @@
 """Build the real control plane (kube-apiserver, kube-controller-manager, etcd) from Go modules.
 
 The binaries go into a cache folder keyed by the pinned versions, the Go toolchain and a hash of
-the go.mod/go.sum files, so each machine builds them once: `python -m tests.cluster.build`.
+the go.mod/go.sum files, so each machine builds them once: `python -m testbed.cluster.build`.
 A cold build takes many minutes on 2 cores; progress is printed as packages compile. A lock
 file keeps two test processes from building at once.
 
@@ -228,7 +228,7 @@ CONTAINERD = "v2.4.2"
 CNI_PLUGINS = "v1.10.0"
 COREDNS = "v1.15.0"
 _CONTAINERD_VERSION = f"github.com/containerd/containerd/v2/version.Version={CONTAINERD}"
-# A node for the control plane (tests/cluster/node.py): the kubelet, scheduler and kube-proxy of the
+# A node for the control plane (testbed/cluster/node.py): the kubelet, scheduler and kube-proxy of the
 # same Kubernetes release as the API server (gomod/node: kube's go.mod and what they add), containerd 2 with its
 # runc shim (runc itself is Debian's), the CNI plugins, CoreDNS and the sandbox's pause process.
 NODE = GoBuild(

@@ -3,7 +3,7 @@ module proxy, instead of stand-ins.
 
 Served and used: the Gateway API, the Gateway API Inference Extension and KubeRay. KAITO,
 Dynamo and kagent publish no module the proxy serves (checked: each answered 403 "not
-available"), so their CRDs stay the stand-ins of tests/support/cluster.py.
+available"), so their CRDs stay the stand-ins of testbed/kubeapi.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.build import BuildFailed, go_binary
+from testbed.cluster.build import BuildFailed, go_binary
 
 GATEWAY_API = ("sigs.k8s.io/gateway-api", "v1.6.3")
 # AI Runway's pin; the newest release served (v1.6 made endpointPickerRef optional and moved InferenceObjective
