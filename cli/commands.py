@@ -80,7 +80,7 @@ def _up(args: argparse.Namespace) -> int:
     from cli import up
     from services.router.keys import client_keys_mode
     from services.router.policy import Settings as RoutingSettings
-    from services.router.proxy import Limits
+    from services.router.protocol import Limits
 
     try:
         limits = Limits.from_env(

@@ -33,7 +33,7 @@ from services import pipeline
 from services.binding.handlers import BindingService
 from services.console.web import Console
 from services.router import main as router_main
-from services.router import policy, proxy
+from services.router import policy, protocol
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
 from services.watcher import api
@@ -63,7 +63,7 @@ class Options:
     demo: bool
     log_level: str
     log_format: str
-    router_limits: proxy.Limits | None = None  # None: the defaults
+    router_limits: protocol.Limits | None = None  # None: the defaults
     routing: policy.Settings | None = None  # None: the defaults
     client_keys: str = "off"  # required: only requests with a key from `jetway keys create`
 
@@ -256,7 +256,7 @@ async def up(options: Options) -> int:
             return 1
         try:
             api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), HOST, options.api_port)
-            serving = await proxy.listen(router.routes, HOST, options.router_port, limits=options.router_limits)
+            serving = await protocol.listen(router.routes, HOST, options.router_port, limits=options.router_limits)
             router_port = serving.port
         except OSError as exc:
             say(f"error: cannot listen: {exc.strerror} (choose other ports with --api-port/--router-port, or 0 for free ones)")

@@ -20,7 +20,7 @@ from runtime.service import Runner, RunnerSettings
 from services.binding.handlers import BindingService
 from services.gateway.handlers import GatewayService
 from services.router import main as router_main
-from services.router import proxy
+from services.router import protocol
 from services.selector.handlers import SelectorService
 from services.storage.handlers import StorageService
 from services.watcher import main as watcher_main
@@ -79,7 +79,7 @@ class Controller:
     async def serve_router(self) -> str:
         """Jetway's router on 127.0.0.1 (the "router" service must be running); its base URL."""
         assert self.routes is not None
-        server, port = await proxy.serve(self.routes, "127.0.0.1", 0)
+        server, port = await protocol.serve(self.routes, "127.0.0.1", 0)
         self.servers.append(server)
         return f"http://127.0.0.1:{port}"
 

@@ -9,7 +9,7 @@ document (docs/router.md, "Client keys"):
                "created": "2025-01-31T12:00:00Z"}]}
 
 Everything here is pure: the document is bytes in, a `KeyRing` out; the `Limiter` is told the
-time. keyfile.py reads the document; the proxy asks `presented_key`, `KeyRing.lookup`,
+time. keyfile.py reads the document; the router (app.py) asks `presented_key`, `KeyRing.lookup`,
 `KeyRing.allows` and `Limiter.admit`, and answers with a `Refusal`. A presented key is never
 kept, logged or put in an error: only its hash is looked up.
 """

@@ -1,7 +1,7 @@
 """Entry point: `python -m services.router` (see runtime/entry.py for the common environment).
 
 Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_ROUTER_HEADER_TIMEOUT/BODY_TIMEOUT/IDLE_TIMEOUT/
-MAX_CONNECTIONS/DRAIN_TIMEOUT (proxy.Limits), JETWAY_ROUTER_POLICY and its weights (policy.Settings),
+MAX_CONNECTIONS/DRAIN_TIMEOUT (protocol.Limits), JETWAY_ROUTER_POLICY and its weights (policy.Settings),
 JETWAY_ROUTER_CLIENT_KEYS and JETWAY_CLIENT_KEYS_FILE (services/router/keys.py), JETWAY_PROBE_INTERVAL,
 JETWAY_SECRETS_DIR and JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API:
 members come from the event stream, their credentials from the mounted secret store. `jetway up` builds the same objects in one process.
@@ -20,7 +20,7 @@ from runtime.entry import Context, Stop, cluster_mode
 from runtime.leases import Leases, LeaseSettings
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
-from services.router import metrics, policy, proxy
+from services.router import app, metrics, policy, protocol
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
 from services.router.keys import FILE_ENV, MOUNTED_FILE, Gate, client_keys_mode
@@ -35,7 +35,7 @@ NAME = "router"
 class Router:
     service: RouterService
     runner: Runner
-    routes: proxy.Routes
+    routes: app.Routes
 
 
 def build(
@@ -59,7 +59,7 @@ def build(
         service.leases = Leases(nc.jetstream(timeout=5), NAME, ALL_PARTITIONS, replica=replica, settings=leases, on_gain=service.gained)
     runner = Runner(service, nc, settings, owns=service.owns)
     service.runner = runner
-    routes = proxy.Routes(
+    routes = app.Routes(
         members=service.members,
         credentials=prober.credentials,
         on_failure=service.member_failed,
@@ -75,7 +75,7 @@ def build(
 async def start(context: Context) -> list[Runnable]:
     secrets = FileSecrets(Path(context.env("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
     try:
-        limits = proxy.Limits.from_env(lambda name: context.env(name) or None)
+        limits = protocol.Limits.from_env(lambda name: context.env(name) or None)
         routing = policy.Settings.from_env(lambda name: context.env(name) or None)
     except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
         raise SystemExit(f"router: {exc}") from None
@@ -95,7 +95,7 @@ async def start(context: Context) -> list[Runnable]:
         router.routes.keys = Gate(lambda: keyfile.ring)
 
     async def serve() -> Stop:
-        serving = await proxy.listen(
+        serving = await protocol.listen(
             router.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080")), limits=limits
         )
 

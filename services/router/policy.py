@@ -1,4 +1,13 @@
-"""Which ready member takes a request: the routing policies, pure (docs/router.md, "Routing policies").
+"""Which member takes a request, in one place and pure: no I/O, so every step is tested with plain data.
+
+    candidates  the members that may take a request for a model in an API's format now: declaring it,
+                accepting the format, ready (`serves`: probed healthy for the current spec, not draining,
+                not failed since, advertising the model)
+    fitting     those whose context window holds the request, by the token estimate (`estimate`)
+    pick        the one the router's policy chooses among them (a session's member first), remembered in
+                `Memory` (the prefix index, the sessions, the turn)
+
+The policies (docs/router.md, "Routing policies"):
 
     least-outstanding  fewest requests in flight from this router; ties round-robin
     round-robin        in turn
@@ -21,9 +30,12 @@ from __future__ import annotations
 import math
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from contracts.subjects import Key
+from services.router.projection import Member, Members, Traffic
 
 LEAST_OUTSTANDING = "least-outstanding"
 ROUND_ROBIN = "round-robin"
@@ -98,6 +110,100 @@ class Settings:
         return cls(**values)
 
 
+# --- which members may take it ------------------------------------------------------------------------
+
+CHARS_PER_TOKEN = 4
+
+
+def serves(member: Member, model: str, traffic: Traffic) -> bool:
+    """Whether a member may take a new request for `model` now."""
+    health_now = member.health
+    if member.spec.draining or member.needs_probe or traffic.failed or health_now is None or not health_now.healthy:
+        return False
+    return member.spec.backend == "echo" or model in health_now.advertised
+
+
+@dataclass(frozen=True)
+class Candidates:
+    declared: bool  # some member declares the model at all
+    accepted: bool  # some member that declares it accepts the API's format
+    ready: list[Member]
+
+
+def candidates(members: Members, model: str, api_format: str) -> Candidates:
+    """The members that may take a request for `model` in `api_format` now, in a stable order (by key)."""
+    declared = members.declaring(model)
+    if not declared:
+        return Candidates(False, False, [])
+    accepting = [m for m in declared if api_format in m.formats]
+    traffic = members.traffic
+    return Candidates(True, bool(accepting), [m for m in accepting if serves(m, model, traffic.get(m.key) or Traffic())])
+
+
+def saturated(member: Member) -> bool:
+    return member.health is not None and member.health.saturated
+
+
+def _text_length(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):  # content parts, or a token array for completions
+        return sum(
+            _text_length(part.get("text", "")) if isinstance(part, dict) else 1 if isinstance(part, int) else _text_length(part)
+            for part in content
+        )
+    return 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    prompt: int
+    completion: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+def estimate(body: dict[str, Any], chat: bool) -> Estimate:
+    """Prompt tokens at 4 characters a token (plus 4 per chat message), plus the requested maximum."""
+    if chat:
+        messages = body.get("messages") or []
+        chars = sum(_text_length(m.get("content")) for m in messages if isinstance(m, dict))
+        prompt = math.ceil(chars / CHARS_PER_TOKEN) + 4 * len(messages)
+    else:
+        chars = _text_length(body.get("prompt"))
+        prompt = math.ceil(chars / CHARS_PER_TOKEN)
+    wanted = body.get("max_completion_tokens", body.get("max_tokens"))
+    completion = wanted if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > 0 else 0
+    return Estimate(prompt, completion)
+
+
+def fits(member: Member, model: str, needed: Estimate) -> bool:
+    window = member.window(model)
+    return window is None or needed.total <= window
+
+
+def too_large_message(model: str, needed: Estimate, windows: list[int]) -> str:
+    return (
+        f"the request needs about {needed.total} tokens ({needed.prompt} prompt tokens, estimated at {CHARS_PER_TOKEN} "
+        f"characters per token plus 4 per message, and {needed.completion} max_tokens), more than the "
+        f"{max(windows)}-token context window of {model!r}"
+    )
+
+
+def fitting(ready: list[Member], model: str, body: dict[str, Any] | None, chat: bool) -> tuple[list[Member], str | None]:
+    """Those of `ready` whose context window for `model` holds the request (`body` None: nothing to fit, every one),
+    and, when none of them does, the message of the refusal (a 400 context_length_exceeded)."""
+    if body is None or not any(m.window(model) for m in ready):
+        return ready, None  # estimated only when some member states a window: the estimate walks every message
+    needed = estimate(body, chat)
+    fit = [m for m in ready if fits(m, model, needed)]
+    if not fit:
+        return fit, too_large_message(model, needed, [w for m in ready if (w := m.window(model))])
+    return fit, None
+
+
 # --- the prefix index ------------------------------------------------------------------------------
 
 
@@ -160,7 +266,7 @@ class View:
     outstanding: int  # this router's requests in flight to it
     waiting: int = 0  # the queue it reported on /metrics (0 when it reports none)
     kv: float = 0.0  # its KV-cache use, 0..1 (0 when it reports none)
-    saturated: bool = False  # its Saturated condition (services/router/decide.py)
+    saturated: bool = False  # its Saturated condition (`saturated`)
     matched: int = 0  # prompt blocks it was recently sent, from the first on
 
 
@@ -272,6 +378,14 @@ def sticky(views: Sequence[View], keys: Sequence[Hashable], held: Hashable | Non
     return None
 
 
+def session_of(header: bytes | None, body: dict[str, Any] | None) -> str | None:
+    """A session to keep on one member: the `x-session-id` header, else the OpenAI `user` field."""
+    if header:
+        return header.decode("latin-1")
+    user = body.get("user") if body is not None else None
+    return user if isinstance(user, str) and user else None
+
+
 # --- the prompt ---------------------------------------------------------------------------------------
 
 
@@ -308,3 +422,89 @@ def prompt_text(body: dict[str, Any]) -> str:
         parts.append(prompt[0])
     _text(body.get("input"), parts)
     return "\n".join(parts)
+
+
+# --- the choice ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Memory:
+    """What choosing remembers between requests, in this router process only (a restart or another replica
+    starts without it): the prefix index, the sessions, and the turn from which equal scores are taken."""
+
+    index: PrefixIndex
+    sessions: Sessions = field(default_factory=Sessions)
+    turn: int = 0
+
+    @classmethod
+    def of(cls, settings: Settings) -> Memory:
+        return cls(PrefixIndex(settings.index_blocks))
+
+
+class Prompt:
+    """A request as choosing sees it: its session, and its prompt's block hashes and home, hashed at its first
+    choice among several members (never when one is ready) and kept for the retry."""
+
+    __slots__ = ("body", "hashes", "home", "session")
+
+    def __init__(self, body: dict[str, Any] | None, session: str | None) -> None:
+        self.body = body
+        self.session = session
+        self.hashes: list[int] | None = None
+        self.home: int | None = None
+
+    def hashed(self, settings: Settings) -> list[int]:
+        if self.hashes is None:
+            body = self.body
+            text = prompt_text(body) if settings.policy == PREFIX_CACHE and body is not None else ""
+            self.hashes = block_hashes(text, settings.block_chars, settings.max_blocks) if text else []
+            self.home = home_of(text, settings.block_chars) if self.hashes else None
+        return self.hashes
+
+
+ONLY = Choice(0, "only")  # the one member ready for the model
+_ONLY_HEADERS = {name: ONLY.header(name) for name in POLICIES}
+
+
+def route_header(choice: Choice, policy: str) -> bytes:
+    """The `x-jetway-route` header of a choice (the one-member choice's made once, not per request)."""
+    return _ONLY_HEADERS[policy] if choice is ONLY else choice.header(policy)
+
+
+def pick(
+    settings: Settings, memory: Memory, ready: Sequence[Member], traffic: Mapping[Key, Traffic], prompt: Prompt
+) -> tuple[Member, Choice]:
+    """The member of `ready` (not empty) a request goes to, and why. The session's member while it is ready and not
+    saturated, else the policy's choice; `memory` then remembers it (the prompt's blocks, the session, the turn)."""
+    if len(ready) == 1:
+        return ready[0], ONLY  # nothing to choose: no hashing, no index, no session to keep
+    hashes = prompt.hashed(settings)
+    matched = memory.index.matched(hashes, [m.key for m in ready]) if hashes else [0] * len(ready)
+    views = []
+    for member, blocks in zip(ready, matched, strict=True):
+        live = traffic.get(member.key)
+        load = live.load if live is not None else None
+        views.append(
+            View(
+                outstanding=live.outstanding if live is not None else 0,
+                waiting=load.waiting if load is not None else 0,
+                kv=(load.kv or 0.0) if load is not None else 0.0,
+                saturated=saturated(member),
+                matched=blocks,
+            )
+        )
+    session = prompt.session
+    held = memory.sessions.get(session) if session else None
+    index = sticky(views, [m.key for m in ready], held)
+    if index is not None:
+        count = len(hashes)
+        choice = Choice(index, "session", prefix=views[index].matched / count if count else 0.0)
+    else:
+        choice = choose(settings, views, len(hashes), memory.turn, prompt.home)
+        memory.turn += 1
+    member = ready[choice.index]
+    if hashes:
+        memory.index.record(hashes, member.key)
+    if session:
+        memory.sessions.put(session, member.key)
+    return member, choice

@@ -17,7 +17,7 @@ import openai
 import pytest
 from prometheus_client import REGISTRY
 
-from services.router import proxy
+from services.router import protocol
 from services.router.keyfile import KeyFile
 from services.router.keys import ClientKey, Gate, KeyRing, hash_key, new_key
 from testbed.waiting import eventually
@@ -151,7 +151,7 @@ async def held_member(stack: Stack, upstreams: list[FakeOpenAI]) -> FakeOpenAI:
 
 async def test_drain_lets_a_stream_finish_refuses_new_connections_then_closes(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
     held = await held_member(stack, upstreams)
-    serving = await proxy.listen(stack.router.routes, "127.0.0.1", 0, limits=proxy.Limits(drain_timeout=30))
+    serving = await protocol.listen(stack.router.routes, "127.0.0.1", 0, limits=protocol.Limits(drain_timeout=30))
     url = f"http://127.0.0.1:{serving.port}/v1/chat/completions"
     body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "one two three"}]}
     async with aiohttp.ClientSession() as http, http.post(url, json=body) as response:
@@ -171,7 +171,7 @@ async def test_drain_lets_a_stream_finish_refuses_new_connections_then_closes(st
 
 async def test_drain_cuts_off_what_outlasts_the_grace(stack: Stack, upstreams: list[FakeOpenAI]) -> None:
     await held_member(stack, upstreams)  # never released: the drain runs out first
-    serving = await proxy.listen(stack.router.routes, "127.0.0.1", 0, limits=proxy.Limits(drain_timeout=0.2))
+    serving = await protocol.listen(stack.router.routes, "127.0.0.1", 0, limits=protocol.Limits(drain_timeout=0.2))
     body = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "one two"}]}
     async with aiohttp.ClientSession() as http, http.post(f"http://127.0.0.1:{serving.port}/v1/chat/completions", json=body) as response:
         await response.content.readuntil(b"\n\n")

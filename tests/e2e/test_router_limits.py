@@ -17,7 +17,7 @@ import httptools
 import pytest
 
 from runtime.bus import connect
-from services.router import proxy
+from services.router import protocol
 from services.router.computeagent import ComputeAgent
 from services.router.probe import MAX_MODELS_BODY
 from services.router.signal import AGENT_PAUSE_AT, MAX_WAITING, ReplyStream
@@ -215,8 +215,8 @@ def router_port(stack: Stack) -> int:
 @pytest.fixture
 async def limited(stack: Stack) -> AsyncIterator[tuple[Stack, int]]:
     """A second router on the same routes, with timeouts short enough to see."""
-    limits = proxy.Limits(header_timeout=0.5, body_timeout=1.0, idle_timeout=1.0, max_connections=8)
-    server, port = await proxy.serve(stack.router.routes, "127.0.0.1", 0, limits=limits)
+    limits = protocol.Limits(header_timeout=0.5, body_timeout=1.0, idle_timeout=1.0, max_connections=8)
+    server, port = await protocol.serve(stack.router.routes, "127.0.0.1", 0, limits=limits)
     try:
         yield stack, port
     finally:
@@ -304,12 +304,12 @@ async def test_oversized_request_headers_get_a_431_and_a_close(stack: Stack) -> 
     pieces = [b"GET /healthz HTTP/1.1\r\nHost: r\r\nx-filler: "] + [b"a" * 16384] * 16
     answers, closed = await exchange(port, pieces)
     assert [a.status for a in answers] == [431] and closed
-    assert error_of(answers[0])["message"] == f"request headers larger than {proxy.MAX_HEAD // 1024} KiB"
+    assert error_of(answers[0])["message"] == f"request headers larger than {protocol.MAX_HEAD // 1024} KiB"
 
 
 async def test_connections_past_the_limit_get_a_503_and_the_rest_are_served(stack: Stack) -> None:
     await echo_ready(stack)
-    server, port = await proxy.serve(stack.router.routes, "127.0.0.1", 0, limits=proxy.Limits(max_connections=8))
+    server, port = await protocol.serve(stack.router.routes, "127.0.0.1", 0, limits=protocol.Limits(max_connections=8))
     held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(8)]
     try:
         for reader, writer in held:  # each connection is in (a request answered on each)
@@ -335,15 +335,15 @@ async def test_connections_past_the_limit_get_a_503_and_the_rest_are_served(stac
 
 def test_limits_come_from_the_environment_and_bad_values_say_which() -> None:
     env = {"JETWAY_ROUTER_HEADER_TIMEOUT": "2.5", "JETWAY_ROUTER_MAX_CONNECTIONS": "100"}
-    assert proxy.Limits.from_env(env.get) == proxy.Limits(header_timeout=2.5, max_connections=100)
-    assert proxy.Limits.from_env({}.get) == proxy.Limits()
+    assert protocol.Limits.from_env(env.get) == protocol.Limits(header_timeout=2.5, max_connections=100)
+    assert protocol.Limits.from_env({}.get) == protocol.Limits()
     for name, value in (
         ("JETWAY_ROUTER_BODY_TIMEOUT", "soon"),
         ("JETWAY_ROUTER_IDLE_TIMEOUT", "0"),
         ("JETWAY_ROUTER_MAX_CONNECTIONS", "1.5"),
     ):
         with pytest.raises(ValueError, match=name):
-            proxy.Limits.from_env({name: value}.get)
+            protocol.Limits.from_env({name: value}.get)
 
 
 async def test_a_client_slower_than_a_compute_agent_is_cut_off_at_the_bound_not_buffered(stack: Stack, upstreams: list[FakeOpenAI]) -> None:

@@ -21,7 +21,7 @@ from runtime.eventstore import EventStore
 from runtime.leases import LeaseSettings
 from runtime.secrets import FileSecrets
 from services.router import main as router_main
-from services.router import proxy
+from services.router import protocol
 from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
@@ -36,7 +36,7 @@ async def router_replica(url: str, name: str, directory: Path) -> AsyncIterator[
         nc, FileSecrets(directory / "secrets"), probe_interval=0.5, settings=SETTINGS, leases=LeaseSettings(TTL), replica=name
     )
     task = asyncio.create_task(router.runner.run())
-    server, port = await proxy.serve(router.routes, "127.0.0.1", 0)
+    server, port = await protocol.serve(router.routes, "127.0.0.1", 0)
     try:
         await asyncio.wait_for(router.runner.ready.wait(), 20)
         yield router, f"http://127.0.0.1:{port}/v1", (nc, task)

@@ -11,7 +11,8 @@ from contracts.poolmember import InferencePoolMemberSpec
 from contracts.rules.urls import refused_address, url_host
 from contracts.subjects import Key
 from services.router import decide, policy
-from services.router.decide import Estimate, ProbeOutcome
+from services.router.decide import ProbeOutcome
+from services.router.policy import Estimate
 from services.router.probe import advertised
 from services.router.projection import Member, Traffic
 from services.router.upstream import Endpoint
@@ -71,13 +72,13 @@ def test_serves(change: dict[str, bool], routable: bool) -> None:
         m.needs_probe = True
     if change.get("unhealthy"):
         m.health = decide.health(m, ProbeOutcome(reason="Unreachable"), "http-direct")
-    assert decide.serves(m, "m", Traffic(failed=change.get("failed", False))) is routable
+    assert policy.serves(m, "m", Traffic(failed=change.get("failed", False))) is routable
 
 
 def test_echo_serves_what_it_declares() -> None:
     m = member(backend="echo", url="")
     m.health = decide.health(m, ProbeOutcome(models=m.declared), "http-direct")
-    assert decide.serves(m, "m", Traffic())
+    assert policy.serves(m, "m", Traffic())
 
 
 def test_least_outstanding_then_round_robin() -> None:
@@ -92,12 +93,12 @@ def test_estimate_counts_characters_messages_and_max_tokens() -> None:
         "messages": [{"role": "system", "content": "x" * 8}, {"role": "user", "content": [{"type": "text", "text": "y" * 8}]}],
         "max_tokens": 100,
     }
-    assert decide.estimate(chat, chat=True) == Estimate(prompt=4 + 8, completion=100)
-    assert decide.estimate({"prompt": "abcde", "max_completion_tokens": 7}, chat=False) == Estimate(2, 7)
-    assert decide.estimate({"prompt": ["ab", "cd"], "max_tokens": True}, chat=False) == Estimate(1, 0)
+    assert policy.estimate(chat, chat=True) == Estimate(prompt=4 + 8, completion=100)
+    assert policy.estimate({"prompt": "abcde", "max_completion_tokens": 7}, chat=False) == Estimate(2, 7)
+    assert policy.estimate({"prompt": ["ab", "cd"], "max_tokens": True}, chat=False) == Estimate(1, 0)
     m = member(models=[{"name": "m", "contextWindow": 20}])
-    assert decide.fits(m, "m", Estimate(10, 10)) and not decide.fits(m, "m", Estimate(10, 11))
-    assert decide.fits(member(models=[{"name": "m", "contextWindow": 0}]), "m", Estimate(10**6, 0)), "0 is no hint"
+    assert policy.fits(m, "m", Estimate(10, 10)) and not policy.fits(m, "m", Estimate(10, 11))
+    assert policy.fits(member(models=[{"name": "m", "contextWindow": 0}]), "m", Estimate(10**6, 0)), "0 is no hint"
 
 
 def test_advertised_reads_openai_model_lists_only() -> None:

@@ -22,8 +22,8 @@ from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.resources import Resources
 from runtime.service import Runner
-from services.router import decide
 from services.router import main as router_main
+from services.router import policy
 from services.router.projection import Members
 from services.selector.handlers import SelectorService
 from services.watcher import main as watcher_main
@@ -171,7 +171,7 @@ async def test_a_fresh_gateway_has_the_same_members_and_routes_to_the_same_ones(
             assert members.items == live.items and members.by_model == live.by_model
 
             def routable(found: Members) -> list[str]:
-                return sorted(m.name for m in decide.candidates(found, "qwen", "openai-chat").ready)
+                return sorted(m.name for m in policy.candidates(found, "qwen", "openai-chat").ready)
 
             assert routable(members) == routable(live) == ["gpu-a", "gpu-b"]
             assert all(t.outstanding == 0 and not t.failed for t in members.traffic.values())

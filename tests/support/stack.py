@@ -23,7 +23,7 @@ from services import pipeline
 from services.binding.handlers import BindingService
 from services.console.web import Console
 from services.router import main as router_main
-from services.router import proxy
+from services.router import protocol
 from services.watcher import api
 from services.watcher import main as watcher_main
 from tests.contracts.cases import MD, changed
@@ -142,7 +142,7 @@ async def running_stack(
     token = secrets.token_urlsafe(16)
     console = Console()
     api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), "127.0.0.1", 0)
-    router_server, router_port = await proxy.serve(router.routes, "127.0.0.1", 0)
+    router_server, router_port = await protocol.serve(router.routes, "127.0.0.1", 0)
     console.router_url = f"http://127.0.0.1:{router_port}/v1"
     http = aiohttp.ClientSession()
     try:
