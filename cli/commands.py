@@ -202,39 +202,21 @@ def _keys(args: argparse.Namespace) -> int:
 
 def _compute_agent(args: argparse.Namespace) -> int:
     import asyncio
-    import signal
     from pathlib import Path
 
-    from runtime import logs
-    from runtime.bus import connect, redacted
-    from services.router.computeagent import ComputeAgent
+    from services.router import computeagent
 
-    async def run() -> int:
-        logs.setup(args.log_level, json_lines=False)
-        try:
-            url = nats_url(args.nats, args.data_dir)
-            nc = await connect(url, name=f"compute-agent-{args.name}")
-        except (NotRunning, ConnectionError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 5
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        agent = ComputeAgent(
-            nc,
-            args.name,
-            args.upstream,
-            token_file=Path(args.token_file) if args.token_file else None,
-            ca_file=Path(args.ca_file) if args.ca_file else None,
+    try:
+        url = nats_url(args.nats, args.data_dir)
+    except NotRunning as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 5
+    token_file, ca_file = (Path(f) if f else None for f in (args.token_file, args.ca_file))
+    return asyncio.run(
+        computeagent.serve(
+            url, args.name, args.upstream, token_file=token_file, ca_file=ca_file, log_level=args.log_level, program="jetway compute-agent"
         )
-        print(
-            f"jetway compute-agent: {args.name} enrolled on {redacted(url)}, forwarding to {args.upstream}; Ctrl-C to stop", file=sys.stderr
-        )
-        await agent.run(stop)
-        await nc.drain()
-        return 0
-
-    return asyncio.run(run())
+    )
 
 
 def _sim(args: argparse.Namespace) -> int:
@@ -369,6 +351,7 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     k.add_argument("--data-dir", help=data_help)
     p.set_defaults(handler=_keys)
 
+    # the flags of services/router/computeagent.py's own program, declared here too: importing it would slow every command
     p = sub.add_parser("compute-agent", help="serve an operator-signal member: forward its requests to a local upstream")
     p.add_argument("--name", required=True, help="the member's spec.computeOperatorRef")
     p.add_argument("--upstream", required=True, help="the local model server, e.g. http://127.0.0.1:8000")

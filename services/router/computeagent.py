@@ -1,22 +1,34 @@
-"""`jetway compute-agent`: the compute role, run beside a model server.
+"""The compute agent: the compute role of an operator-signal member, a program of its own run beside a model server.
 
-It enrols by answering on `jetway.signal.compute.<name>.*` (a queue group, so two agents of
-one name share the load), forwards probe and inference requests to its local upstream with
-its own bearer token (never sent over the bus), and streams each answer back to the requester.
-The token file is read in a worker thread at each probe (every tick), so a rotated token is used
-from the next tick on and no request waits on a file read.
+    python -m services.router.computeagent --name NAME --upstream URL [--token-file F] [--ca-file F] [--nats URL]
+    jetway compute-agent ...   (the same, the bus's URL read from the running Jetway's jetway.json)
+
+It needs no router and no other Jetway service on its host: only the bus (`--nats`, else $JETWAY_NATS_URL,
+else $NATS_URL, else nats://127.0.0.1:4222) and its local upstream. It enrols by answering on
+`jetway.signal.compute.<name>.*` (a queue group, so two agents of one name share the load), forwards probe and
+inference requests to its local upstream with its own bearer token (never sent over the bus), and streams each
+answer back to the requester. The token file is read in a worker thread at each probe (every tick), so a rotated
+token is used from the next tick on and no request waits on a file read. SIGTERM or SIGINT: it stops taking
+requests, lets those in progress finish (up to 30 s) and exits 0; a bus it cannot reach is exit code 5.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from runtime import logs
+from runtime.bus import connect, redacted
 from runtime.secrets import bearer_token
 from services.router.signal import ReplyStream, request_of, subject
 from services.router.upstream import Endpoint, UpstreamError, UpstreamPool
@@ -105,3 +117,54 @@ class ComputeAgent:
             if self.tasks:
                 await asyncio.wait(self.tasks, timeout=30)
             self.pool.close()
+
+
+async def serve(
+    url: str,
+    name: str,
+    upstream: str,
+    *,
+    token_file: Path | None = None,
+    ca_file: Path | None = None,
+    log_level: str = "info",
+    program: str = "compute-agent",
+) -> int:
+    """Enrol as `name` on the bus at `url` and forward to `upstream` until SIGTERM or SIGINT; the exit code (5: the bus
+    cannot be reached)."""
+    logs.setup(log_level, json_lines=False)
+    try:
+        nc = await connect(url, name=f"compute-agent-{name}")
+    except ConnectionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 5
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    agent = ComputeAgent(nc, name, upstream, token_file=token_file, ca_file=ca_file)
+    print(f"{program}: {name} enrolled on {redacted(url)}, forwarding to {upstream}; Ctrl-C to stop", file=sys.stderr)
+    await agent.run(stop)
+    await nc.drain()
+    return 0
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
+    # `jetway compute-agent` (cli/commands.py) declares the same flags, but --nats: there it defaults to jetway.json
+    parser = argparse.ArgumentParser(
+        prog="python -m services.router.computeagent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--name", required=True, help="the member's spec.computeOperatorRef")
+    parser.add_argument("--upstream", required=True, help="the local model server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--token-file", type=Path, help="bearer token for the upstream (read on each request)")
+    parser.add_argument("--ca-file", type=Path, help="extra CA bundle for an https upstream")
+    default = environ.get("JETWAY_NATS_URL") or environ.get("NATS_URL") or "nats://127.0.0.1:4222"
+    parser.add_argument(
+        "--nats", metavar="URL", default=default, help="the bus (default: $JETWAY_NATS_URL, else $NATS_URL, else nats://127.0.0.1:4222)"
+    )
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    args = parser.parse_args(argv)
+    serving = serve(args.nats, args.name, args.upstream, token_file=args.token_file, ca_file=args.ca_file, log_level=args.log_level)
+    return asyncio.run(serving)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """`python -m services.router` as a process, as a pod runs it: its metrics on the health port, and SIGTERM, which
-stops new connections and lets a stream in progress finish before the process exits."""
+stops new connections and lets a stream in progress finish before the process exits. The compute agent as a
+program of its own, beside a model server, with no router in its process."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.natsserver import free_port
 from testbed.waiting import eventually
+from tests.support.cli import jetway_command
 from tests.support.openai_upstream import FakeOpenAI
 from tests.support.stack import Stack
 
@@ -74,6 +77,41 @@ async def test_metrics_on_the_health_port_and_a_drain_on_sigterm(stack: Stack, u
                 held.hold.set()  # type: ignore[union-attr]
                 rest = await response.content.read()
             assert rest.endswith(b"data: [DONE]\n\n"), "the stream finished whole"
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.parametrize("program", ["module", "jetway"])
+async def test_the_compute_agent_is_a_program_of_its_own(stack: Stack, upstreams: list[FakeOpenAI], tmp_path: Path, program: str) -> None:
+    local = FakeOpenAI(name="nas", models=["llama"], token="agent-token")
+    upstreams.append(await local.start())
+    token_file = tmp_path / "agent-token"
+    token_file.write_text("agent-token\n")
+    flags = ["--name", "nas-compute", "--upstream", local.url, "--token-file", str(token_file)]
+    if program == "module":  # the bus from the environment, as a pod beside a model server would set it
+        command, env = [sys.executable, "-m", "services.router.computeagent", *flags], {**os.environ, "JETWAY_NATS_URL": stack.nats_url}
+    else:
+        command, env = [*jetway_command(), "compute-agent", *flags, "--nats", stack.nats_url], dict(os.environ)
+    process = await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env)
+    try:
+        spec = {
+            "backend": "vllm-openai",
+            "models": [{"name": "llama"}],
+            "transport": "operator-signal",
+            "computeOperatorRef": "nas-compute",
+        }
+        await stack.apply(
+            {"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": "ai-nas-0"}, "spec": spec}
+        )
+        await eventually(lambda: stack.served("llama"), message="the member served through the agent's process", timeout=30)
+        status, body, headers = await stack.chat("llama", "from a process of its own")
+        assert status == 200 and body["choices"][0]["message"]["content"] == "nas: from a process of its own"
+        assert headers["x-jetway-member"] == "ai-nas-0"
+        assert local.requests and all(r.authorization == "Bearer agent-token" for r in local.requests), "the agent's own token"
+        process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 30) == 0
     finally:
         if process.returncode is None:
