@@ -158,10 +158,37 @@ def check_subject(subject: str) -> None:
         raise SubjectTooLong(subject)
 
 
+Tap = Callable[[bytes, bytes, bytes, "bytes | None"], None]  # (subject, reply, payload, raw headers) as read off the socket
+
+
 class BoundedClient(Client):
     """nats-py's client that refuses over-long subjects with SubjectTooLong instead of sending them.
 
-    Every way out goes through `publish` (requests and JetStream too) or `subscribe`."""
+    Every way out goes through `publish` (requests and JetStream too) or `subscribe`.
+
+    A subscription may also be tapped (`tap`): its deliveries are handed to a plain function as the parser reads
+    them, as bytes, instead of each becoming a `Msg` on a queue for a task to pass to a callback. nats-py's way costs
+    more than decoding an event; runtime/reader.py reads the event stream this way, in batches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._taps: dict[int, Tap] = {}
+
+    def tap(self, sub: Subscription, handler: Tap) -> None:
+        """Hand `sub`'s deliveries to `handler` from now on (it must not raise: it runs inside the read loop)."""
+        self._taps[sub._id] = handler
+
+    def untap(self, sub: Subscription) -> None:
+        self._taps.pop(sub._id, None)
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        handler = self._taps.get(sid)
+        if handler is None:
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        handler(subject, reply, data, headers)
 
     async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None) -> None:
         check_subject(subject)

@@ -4,7 +4,8 @@
   `Conflict`) and de-duplicates retries by `Nats-Msg-Id`; it retries through a NATS restart
   with the same message id, so an append is stored once or reported as failed, never twice.
 - `scan`/`read` replay in stream order from the start, a sequence or a time, up to a
-  sequence or a time, through an ordered consumer (flow-controlled, self-healing).
+  sequence or a time, through an ordered consumer read in batches (runtime/reader.py:
+  flow-controlled, self-healing, a batch per network read instead of a callback per event).
 - `history` is one resource's events; `latest` the last desired state of every resource of
   a kind (JetStream's last-per-subject delivery).
 """
@@ -12,25 +13,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js import api
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from contracts.events import Envelope, Event, UndecodableEvent, decode, encode, new_envelope
 from contracts.subjects import ALL_EVENTS, SPEC, Key, kind_filter
 from runtime import telemetry
 from runtime.bus import EVENTS_STREAM, check_subject
+from runtime.reader import Message, OrderedReader
 
 log = logging.getLogger("jetway.eventstore")
 
@@ -87,29 +86,12 @@ class Undecodable:
 Item = Envelope | Undecodable
 
 
-def msg_seq(msg: Msg) -> tuple[int, int, datetime | None]:
-    """(stream sequence, messages still pending, stored time) of a delivered message.
-
-    Read from its reply subject directly (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.
-    <nanoseconds>.<pending>`, or with a domain and an account hash after `ACK`): nats-py's `Msg.metadata` builds
-    a dataclass tree per message, a third of a rebuild's time."""
-    tokens = (msg.reply or "").split(".")
-    if len(tokens) < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
-        meta = msg.metadata  # not a form we know: nats-py says (or raises)
-        return meta.sequence.stream, meta.num_pending, meta.timestamp
-    at = 0 if len(tokens) == 9 else 2
-    stored = datetime.fromtimestamp(int(tokens[7 + at]) / 1_000_000_000.0, UTC)
-    return int(tokens[5 + at]), int(tokens[8 + at]), stored
-
-
-def decode_msg(msg: Msg, seq: int | None = None, stored: datetime | None = None) -> Item:
-    """The delivered message's event (`seq` and `stored` when the caller read them already)."""
-    if seq is None:
-        seq, _, stored = msg_seq(msg)
+def decode_message(message: Message) -> Item:
+    """A delivered event, typed (or why it cannot be)."""
     try:
-        return decode(msg.data, subject=msg.subject, seq=seq, stored_at=stored)
+        return decode(message.data, subject=message.subject, seq=message.seq, stored_at=message.stored)
     except UndecodableEvent as exc:
-        return Undecodable(seq, msg.subject, exc.reason)
+        return Undecodable(message.seq, message.subject, exc.reason)
 
 
 class EventStore:
@@ -232,56 +214,29 @@ class EventStore:
             end = min(end, until_seq)
         if end == 0 or (since_seq is not None and since_seq > end):
             return 0
-        config = api.ConsumerConfig(filter_subjects=subjects if len(subjects) > 1 else None)
-        if last_per_subject:
-            policy = api.DeliverPolicy.LAST_PER_SUBJECT
-        elif since_seq is not None:
-            policy = api.DeliverPolicy.BY_START_SEQUENCE
-            config.opt_start_seq = since_seq
-        elif since_time is not None:
-            policy = api.DeliverPolicy.BY_START_TIME
-            config.opt_start_time = since_time
-        else:
-            policy = api.DeliverPolicy.ALL
-        done = asyncio.get_running_loop().create_future()
-        last = 0
-        failure: list[BaseException] = []
-
-        async def deliver(msg: Msg) -> None:
-            nonlocal last
-            if done.done():
-                return
-            seq, pending, stored = msg_seq(msg)
-            if seq > end or (until_time is not None and stored is not None and stored > until_time):
-                done.set_result(None)
-                return
-            try:
-                if select is None or select(msg.subject):
-                    if on_headers is not None:
-                        on_headers(seq, msg.subject, msg.headers or {})
-                    on_item(decode_msg(msg, seq, stored))
-            except Exception as exc:  # the fold failed: stop and report it to the caller
-                failure.append(exc)
-                done.set_result(None)
-                return
-            last = seq
-            if seq >= end or pending == 0:
-                done.set_result(None)
-
-        sub = await self.js.subscribe(
-            subjects[0], stream=self.stream, cb=deliver, ordered_consumer=True, deliver_policy=policy, config=config
+        until_ns = None if until_time is None else int(until_time.timestamp() * 1_000_000_000)
+        reader = OrderedReader(
+            self.nc, self.stream, subjects, start_seq=since_seq, start_time=since_time, last_per_subject=last_per_subject
         )
+        last = 0
         try:
-            info = await sub.consumer_info()
-            if info.num_pending == 0 and (info.delivered is None or not info.delivered.consumer_seq):
-                return 0
-            await asyncio.wait_for(asyncio.shield(done), timeout)
+            async with asyncio.timeout(timeout):
+                if await reader.start() == 0:
+                    return 0
+                while True:
+                    for message in await reader.next_batch():
+                        seq = message.seq
+                        if seq > end or (until_ns is not None and message.stored_ns > until_ns):
+                            return last
+                        if select is None or select(message.subject):
+                            if on_headers is not None:
+                                on_headers(seq, message.subject, message.header_map())
+                            on_item(decode_message(message))  # a fold that raises ends the scan, to the caller
+                        last = seq
+                        if seq >= end or message.pending == 0:
+                            return last
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        if failure:
-            raise failure[0]
-        return last
+            await reader.close()
 
     async def read(self, filters: str | Iterable[str] = ALL_EVENTS, **options: object) -> list[Item]:
         items: list[Item] = []
@@ -306,25 +261,14 @@ class EventStore:
     async def follow(self, filters: str | Iterable[str] = ALL_EVENTS, *, since_seq: int | None = None) -> AsyncIterator[Item]:
         """Every matching event from `since_seq` on, then new ones as they are stored, until cancelled."""
         subjects = [filters] if isinstance(filters, str) else list(filters)
-        queue: asyncio.Queue[Item] = asyncio.Queue()
-
-        async def deliver(msg: Msg) -> None:
-            queue.put_nowait(decode_msg(msg))
-
-        config = api.ConsumerConfig(filter_subjects=subjects if len(subjects) > 1 else None)
-        policy = api.DeliverPolicy.ALL
-        if since_seq is not None:
-            policy = api.DeliverPolicy.BY_START_SEQUENCE
-            config.opt_start_seq = since_seq
-        sub = await self.js.subscribe(
-            subjects[0], stream=self.stream, cb=deliver, ordered_consumer=True, deliver_policy=policy, config=config
-        )
+        reader = OrderedReader(self.nc, self.stream, subjects, start_seq=since_seq)
         try:
+            await reader.start()
             while True:
-                yield await queue.get()
+                for message in await reader.next_batch():
+                    yield decode_message(message)
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            await reader.close()
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -30,8 +30,9 @@ HANDLED = Counter(
     "Events a runner folded from its feeds, once each, by type and how their handling ended",
     ["service", "type", "outcome"],
 )
-RETRIED = Counter("jetway_events_retried", "Reconciles of an event's resources run again after a failure", ["service"])
+RETRIED = Counter("jetway_events_retried", "Reconciles of a key run again after a failure, or when it asked (Again)", ["service"])
 DEAD_LETTERED = Counter("jetway_events_dead_lettered", "Events moved to the dead-letter subject jetway.dlq.<service>", ["service"])
+PERMANENT = Counter("jetway_reconcile_permanent_failures", "Reconciles that raised Permanent: recorded, not retried", ["service"])
 REPLAYED = Counter("jetway_events_replayed", "Events folded by rebuilds at start (after the snapshot, when one was loaded)", ["service"])
 RECONCILE = Histogram("jetway_reconcile_duration_seconds", "Time of each call of a service's reconcile", ["service"], buckets=DURATION)
 HANDLER = Histogram(
@@ -49,6 +50,7 @@ class RunnerMetrics:
         self._handled: dict[tuple[type[Event] | str, str], Counter] = {}
         self.retried = RETRIED.labels(service)
         self.dead_lettered = DEAD_LETTERED.labels(service)
+        self.permanent = PERMANENT.labels(service)
         self.replayed = REPLAYED.labels(service)
         self.reconcile = RECONCILE.labels(service)
         self.handler = HANDLER.labels(service)
@@ -132,6 +134,7 @@ __all__ = [
     "DEAD_LETTERED",
     "HANDLED",
     "HANDLER",
+    "PERMANENT",
     "RECONCILE",
     "REPLAYED",
     "RETRIED",

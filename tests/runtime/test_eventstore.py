@@ -14,7 +14,8 @@ from nats.js.api import DeliverPolicy
 from contracts.events import Envelope, ResourceApplied, ResourceDeleted, StatusReported, StatusSlice
 from contracts.subjects import Key, decode_token, encode_token, parse_subject
 from runtime.bus import EVENTS_STREAM, ensure_streams
-from runtime.eventstore import Conflict, EventStore, Undecodable, msg_seq
+from runtime.eventstore import Conflict, EventStore, Undecodable
+from runtime.reader import Message, OrderedReader
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
@@ -166,15 +167,24 @@ def test_subject_tokens_round_trip(name: str) -> None:
 
 
 async def test_a_delivered_events_sequence_pending_and_time_are_read_as_nats_py_reads_them(store: EventStore) -> None:
-    """msg_seq reads the reply subject itself (faster than nats-py's Msg.metadata): the same three values."""
+    """The reader reads the reply subject itself (runtime/reader.py): the same sequence, pending count and time as
+    nats-py's Msg.metadata, and the same headers."""
     for n in range(3):
         key = Key("InferencePoolMember", "", f"m{n}")
         await store.append(key.subject(), applied(key))
     sub = await store.js.subscribe("jetway.evt.>", stream=EVENTS_STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+    reader = OrderedReader(store.nc, EVENTS_STREAM, ["jetway.evt.>"])
     try:
-        for _ in range(3):
+        assert await reader.start() == 3
+        ours: list[Message] = []
+        while len(ours) < 3:
+            ours += await reader.next_batch()
+        for message in ours:
             msg = await sub.next_msg(timeout=5)
             meta = msg.metadata
-            assert msg_seq(msg) == (meta.sequence.stream, meta.num_pending, meta.timestamp)
+            assert (message.subject, message.seq, message.pending) == (msg.subject, meta.sequence.stream, meta.num_pending)
+            assert message.stored == meta.timestamp
+            assert message.header_map() == msg.headers
     finally:
         await sub.unsubscribe()
+        await reader.close()

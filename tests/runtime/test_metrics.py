@@ -19,10 +19,10 @@ from runtime.bus import EVENTS_STREAM
 from runtime.entry import serve_health
 from runtime.eventstore import EventStore
 from runtime.leases import Leases, LeaseSettings
-from runtime.service import Effects, Runner, RunnerSettings, Service
+from runtime.service import Effects, Permanent, Runner, RunnerSettings, Service
 from testbed.waiting import eventually, within
 
-FAST = RunnerSettings(backoff=(0.05, 0.1, 0.2), max_attempts=3)
+FAST = RunnerSettings(backoff=(0.05, 0.1, 0.2))
 APPLIED = type_tag(ResourceApplied)
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -34,7 +34,8 @@ class Members:
 
 class Gated(Service):
     """Folds InferencePoolMembers and decides nothing (so every event it handles is one published here).
-    Reconciling a `fail-*` member raises; one named in `gates` waits until its gate opens."""
+    Reconciling a `fail-*` member raises, a `never-*` member raises Permanent; one named in `gates` waits until
+    its gate opens."""
 
     consumes = (kind_filter("InferencePoolMember"),)
 
@@ -54,6 +55,8 @@ class Gated(Service):
     async def reconcile(self, key: Key, effects: Effects) -> None:
         if key.name.startswith("fail-"):
             raise RuntimeError(f"cannot reconcile {key.name}")
+        if key.name.startswith("never-"):
+            raise Permanent(f"{key.name} cannot be reconciled")
         gate = self.gates.get(key.name)
         if gate is not None:
             self.waiting.add(key.name)
@@ -147,7 +150,7 @@ async def test_events_handled_count_each_published_event_once(client: Client, st
     assert delta(after, "jetway_handler_duration_seconds_count") >= 1
 
 
-async def test_a_failing_reconcile_is_counted_retried_then_dead_lettered(client: Client, started: Started, scrape: Scraper) -> None:
+async def test_a_failing_reconcile_is_counted_and_retried_never_dead_lettered(client: Client, started: Started, scrape: Scraper) -> None:
     name = "metered-failing"
     runner = started.start(Gated(name))
     await within(runner.ready.wait(), 20)
@@ -159,16 +162,39 @@ async def test_a_failing_reconcile_is_counted_retried_then_dead_lettered(client:
 
     def settled(s: Samples) -> bool:
         return (
-            delta(s, "jetway_events_dead_lettered_total") >= 1
-            and delta(s, "jetway_events_handled_total", type=APPLIED, outcome="dead_lettered") >= 1
+            delta(s, "jetway_events_retried_total") >= 3 and delta(s, "jetway_events_handled_total", type=APPLIED, outcome="retrying") >= 1
         )
 
-    after = await eventually(lambda: _when(scrape(), settled), timeout=15, message="dead-lettered")
-    assert delta(after, "jetway_events_retried_total") == FAST.max_attempts - 1
-    assert delta(after, "jetway_events_dead_lettered_total") == 1
-    assert delta(after, "jetway_events_handled_total", type=APPLIED, outcome="dead_lettered") == 1
+    after = await eventually(lambda: _when(scrape(), settled), timeout=15, message="retried three times")
+    assert delta(after, "jetway_events_dead_lettered_total") == 0  # dead letters are for what cannot be read
+    assert delta(after, "jetway_events_handled_total", type=APPLIED, outcome="retrying") == 1  # the event, once
     assert delta(after, "jetway_events_handled_total", type=APPLIED, outcome="ok") == 0
-    assert delta(after, "jetway_reconcile_duration_seconds_count") == FAST.max_attempts  # every attempt timed
+    assert delta(after, "jetway_reconcile_duration_seconds_count") >= 4  # every attempt timed
+
+
+async def test_a_permanent_failure_is_counted_once_and_not_retried(client: Client, started: Started, scrape: Scraper) -> None:
+    name = "metered-permanent"
+    runner = started.start(Gated(name))
+    await within(runner.ready.wait(), 20)
+    before = await scrape()
+    store = EventStore(client, producer="watcher")
+    await publish(store, "never-1")
+
+    def delta(samples: Samples, metric: str, **labels: str) -> float:
+        return value(samples, metric, service=name, **labels) - value(before, metric, service=name, **labels)
+
+    await eventually(lambda: runner.failed.get(member("never-1")), message="the permanent failure recorded")
+    await publish(store, "after")  # handled after it: a retry of never-1 would have been scheduled by now
+    await eventually(lambda: runner.seen.get(member("after").subject()), message="the next event handled")
+    after = await eventually(
+        lambda: _when(scrape(), lambda s: delta(s, "jetway_events_handled_total", type=APPLIED, outcome="ok") >= 1),
+        message="the next event counted",
+    )
+    assert delta(after, "jetway_reconcile_permanent_failures_total") == 1
+    assert delta(after, "jetway_events_handled_total", type=APPLIED, outcome="failed") == 1
+    assert delta(after, "jetway_events_retried_total") == 0
+    assert delta(after, "jetway_events_dead_lettered_total") == 0
+    assert member("never-1") not in runner.queue.scheduled
 
 
 async def test_consumer_lag_is_what_the_consumer_still_has_to_deliver(client: Client, started: Started, scrape: Scraper) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +20,18 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from contracts.events import Envelope, ResourceApplied, StatusReported, StatusSlice
-from contracts.subjects import Key, facet_filter
+from contracts.subjects import Key, facet_filter, kind_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM
 from runtime.eventstore import EventStore
-from runtime.service import Effects, Runner, RunnerSettings
+from runtime.service import Again, Effects, Permanent, Runner, RunnerSettings, Service, Temporary
+from runtime.workqueue import backoff_delay
 from testbed.waiting import eventually, within
 from tests.support.ack_service import AckService
 from tests.support.nats import NatsEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 Started = list[tuple[Runner, "asyncio.Task[None]"]]
-FAST = RunnerSettings(backoff=(0.05, 0.1, 0.2, 0.2, 0.2), max_attempts=3)
+FAST = RunnerSettings(backoff=(0.05,), backoff_cap=0.4)
 
 
 def member(name: str) -> Key:
@@ -213,22 +215,125 @@ async def test_poison_event_goes_to_the_dead_letter_subject_and_the_consumer_kee
     assert "malformed event payload" in headers["Jetway-Dlq-Reason"]
 
 
-async def test_failing_reconcile_is_retried_then_dead_lettered_with_the_reason(client: Client, started: Started) -> None:
+async def test_a_failing_reconcile_is_retried_per_key_with_a_growing_backoff_and_never_dead_lettered(
+    client: Client, started: Started
+) -> None:
     service = AckService("acker")
-    await _run(client, service, started)
+    runner, _ = await _run(client, service, started)
     store = EventStore(client, producer="watcher")
     failing, flaky, fine = member("fail-1"), member("flaky-1"), member("fine")
     for key in (failing, flaky, fine):
         await store.append(key.subject(), applied(key, 1))
     await eventually(lambda: service.acked.get(flaky) == 1 and service.acked.get(fine) == 1, message="flaky retried, fine handled")
     assert service.attempts[flaky] == 2
-    letters = await eventually(lambda: _dead_letters(client), timeout=15, message="the failing event dead-lettered")
-    headers = letters[0][1]
-    assert headers["Jetway-Dlq-Subject"] == failing.subject()
-    assert "cannot acknowledge fail-1" in headers["Jetway-Dlq-Reason"]
-    assert int(headers["Jetway-Dlq-Deliveries"]) == FAST.max_attempts
-    assert service.attempts[failing] == FAST.max_attempts
+    assert flaky not in runner.queue.failures, "a key that reconciled has its failures forgotten"
+    await eventually(lambda: service.attempts.get(failing, 0) >= 6, timeout=15, message="the failing key retried on and on")
+    assert runner.queue.failures[failing] >= 5
+    assert failing in runner.queue.scheduled, "its next try is scheduled"
     assert failing not in service.acked
+    assert await _dead_letters(client) == [], "a reconcile that fails is retried, never dead-lettered"
+
+
+def test_a_keys_backoff_follows_the_settings_then_doubles_up_to_the_cap() -> None:
+    assert [backoff_delay(n, (0.05, 0.1), 1.0) for n in range(1, 8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert [backoff_delay(n, (0.2,), 60.0) for n in (1, 2, 10, 20)] == [0.2, 0.4, 60.0, 60.0]
+
+
+class Answering(Service):
+    """Reconciles InferencePoolMembers and answers by name: `temp-*` raises Temporary with the delay its spec names,
+    `never-*` raises Permanent (from an error that holds a secret), `again-*` returns Again(after its delay);
+    a member whose spec says `fold: fail` cannot be folded. Counts the reconciles of each key."""
+
+    consumes = (kind_filter("InferencePoolMember"),)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.delays: dict[Key, float] = {}
+        self.runs: Counter[Key] = Counter()
+
+    def fold(self, envelope: Envelope) -> None:
+        event = envelope.event
+        if isinstance(event, ResourceApplied):
+            if event.spec.get("fold") == "fail":
+                raise ValueError("this spec cannot be folded")
+            self.delays[envelope.key] = float(event.spec.get("delay", 0.05))
+
+    def keys(self) -> Iterable[Key]:
+        return list(self.delays)
+
+    async def reconcile(self, key: Key, effects: Effects) -> Again | None:
+        self.runs[key] += 1
+        delay = self.delays.get(key, 0.05)
+        if key.name.startswith("temp-"):
+            raise Temporary("the registry is busy", delay=delay)
+        if key.name.startswith("never-"):
+            try:
+                raise ConnectionError("token=s3cr3t refused")
+            except ConnectionError:
+                raise Permanent("the model is gated: ask for access") from None
+        if key.name.startswith("again-"):
+            return Again(after=delay)
+        return None
+
+
+def answering(key: Key, delay: float = 0.05, **spec: str) -> ResourceApplied:
+    return ResourceApplied(kind=key.kind, namespace="", name=key.name, generation=1, spec={"backend": "echo", "delay": delay, **spec})
+
+
+async def test_temporary_retries_after_its_own_delay_and_again_looks_again_without_an_event(client: Client, started: Started) -> None:
+    service = Answering("answering")
+    runner, _ = await _run(client, service, started)
+    store = EventStore(client, producer="watcher")
+    soon, late, again = member("temp-soon"), member("temp-late"), member("again-1")
+    await store.append(soon.subject(), answering(soon, 0.05))
+    await store.append(late.subject(), answering(late, 3600))
+    await store.append(again.subject(), answering(again, 0.05))
+    await eventually(lambda: service.runs[soon] >= 3, message="Temporary(delay=0.05) retried")
+    await eventually(lambda: service.runs[again] >= 3, message="Again(after=0.05) reconciled again with no event")
+    assert again not in runner.queue.failures, "Again is not a failure"
+    assert service.runs[late] == 1, "Temporary(delay=3600) waits its hour"
+    assert runner.queue.scheduled[late] - asyncio.get_running_loop().time() > 3000
+    assert await _dead_letters(client) == []
+
+
+async def test_permanent_is_recorded_with_its_reason_only_and_not_retried_until_the_key_changes(
+    client: Client, started: Started, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = Answering("answering")
+    runner, _ = await _run(client, service, started)
+    store = EventStore(client, producer="watcher")
+    never, after = member("never-1"), member("after")
+    with caplog.at_level(logging.ERROR, logger="jetway.service"):
+        await store.append(never.subject(), answering(never))
+        await eventually(lambda: runner.failed.get(never), message="the permanent failure recorded")
+    await store.append(after.subject(), answering(after))
+    await eventually(lambda: service.runs[after] == 1, message="the next event handled")
+    assert service.runs[never] == 1, "not retried"
+    assert never not in runner.queue.scheduled
+    assert runner.failed == {never: "the model is gated: ask for access"}
+    [record] = [r for r in caplog.records if getattr(r, "resource", None) == str(never)]
+    assert record.reason == "the model is gated: ask for access"  # type: ignore[attr-defined]
+    assert "s3cr3t" not in caplog.text
+    assert await _dead_letters(client) == []
+
+    await store.append(never.subject(), answering(never, 0.1))  # the key changed: reconciled again
+    await eventually(lambda: service.runs[never] == 2, message="reconciled again once the key changed")
+
+
+async def test_an_event_that_cannot_be_folded_is_dead_lettered_and_the_feed_goes_on(client: Client, started: Started) -> None:
+    service = Answering("answering")
+    await _run(client, service, started)
+    store = EventStore(client, producer="watcher")
+    broken, after = member("broken"), member("after-broken")
+    await store.append(broken.subject(), answering(broken, fold="fail"))
+    await store.append(after.subject(), answering(after))
+    await eventually(lambda: service.runs[after] == 1, message="the event after it handled")
+    letters = await eventually(lambda: _dead_letters(client), message="a dead letter")
+    subject, headers = letters[0]
+    assert subject == "jetway.dlq.answering"
+    assert headers["Jetway-Dlq-Subject"] == broken.subject()
+    assert "fold failed: ValueError: this spec cannot be folded" in headers["Jetway-Dlq-Reason"]
+    assert broken not in service.runs
 
 
 async def test_restarted_service_rebuilds_its_projection_and_re_emits_nothing(client: Client, started: Started) -> None:

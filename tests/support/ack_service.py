@@ -1,8 +1,8 @@
 """A minimal service on the real runtime, for the runtime's own tests.
 
 It acknowledges each InferencePoolMember generation once by recording a `StatusReported`
-decision on its facet. Members named `fail-*` fail to reconcile (to exercise retries and the
-dead-letter subject); `flaky-*` fail on the first delivery only. Run as a process so a test
+decision on its facet. Members named `fail-*` fail to reconcile (to exercise the per-key
+retries); `flaky-*` fail on the first delivery only. Run as a process so a test
 can kill it:
 
     python -m tests.support.ack_service --nats URL --name acker --dump state.json --ready ready-file
