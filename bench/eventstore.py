@@ -1,6 +1,13 @@
 """Event store throughput against raw nats-py, measured in one run on one server.
 
     .venv/bin/python -m bench.eventstore [--events 100000] [--json bench/results/eventstore.json]
+    .venv/bin/python -m bench.eventstore --events 20000 --baseline-ref HEAD~3 [--rounds 3]
+
+With `--baseline-ref`, the tree at that git ref (a `git worktree` in a temporary folder, removed
+afterwards) and this tree each run the whole benchmark in a process of their own, alternating round
+by round (new, old, then old, new, ...), so both see the machine's load alike. Each round starts
+its own NATS; a ratio compares ours with raw nats-py measured in the same process, and the table
+gives each build's median ratio over the rounds.
 
 Rows (each with its raw nats-py baseline and the ratio ours/raw):
 - append, one at a time: EventStore.append awaiting each ack vs `js.publish` awaiting each.
@@ -17,6 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -29,9 +40,10 @@ from contracts.events import Envelope, ResourceApplied, StatusReported, StatusSl
 from contracts.subjects import Key, kind_filter
 from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
+from runtime.feed import Delivery, Feed, follow
 from runtime.natsserver import NatsServer
 from runtime.resources import Resources
-from runtime.service import Delivery, Effects, Runner, RunnerSettings, Service
+from runtime.service import Effects, Runner, RunnerSettings, Service
 
 SPEC = {
     "model": {"id": "Qwen/Qwen3-0.6B", "source": "huggingface"},
@@ -189,13 +201,15 @@ async def main(events: int) -> dict[str, Any]:
     feed = loop_runner.feeds[0]
 
     async def ours_consume() -> None:
-        sub = await ordered()
+        # the runner's own feed (runtime/feed.py) from the stream's start: read, decode, fold, reconcile, in batches
+        stopping = asyncio.Event()
 
-        async def handle(batch: list[Any]) -> None:
-            await loop_runner.handle_batch(feed, [Delivery.of(m) for m in batch])
+        async def handle(feed: Feed, batch: list[Delivery]) -> None:
+            await loop_runner.handle_batch(feed, batch)
+            if consumer.handled >= consume:
+                stopping.set()
 
-        await batches(sub, handle)
-        await sub.unsubscribe()
+        await follow(nc, feed, since=lambda: 0, handle=handle, stopping=stopping, batch=64, heartbeat=2.0, name="bench")
 
     rows["consume (ordered consumer)"][0] = await rate(consume, ours_consume)
 
@@ -234,12 +248,63 @@ async def main(events: int) -> dict[str, Any]:
     return result
 
 
+def _round(tree: Path, events: int) -> dict[str, Any]:
+    """One whole run of the benchmark as `tree` has it, in a process of its own: its JSON."""
+    with tempfile.TemporaryDirectory(prefix="jetway-bench-round-") as folder:
+        out = Path(folder) / "round.json"
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        command = [sys.executable, "-m", "bench.eventstore", "--events", str(events), "--json", str(out)]
+        subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+        return dict(json.loads(out.read_text()))
+
+
+def compare(ref: str, events: int, rounds: int) -> dict[str, Any]:
+    """This tree against `ref`'s, alternating round by round (the module's docstring)."""
+    here = Path(__file__).resolve().parent.parent
+    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=here, check=True, capture_output=True, text=True).stdout.strip()
+    folder = Path(tempfile.mkdtemp(prefix="jetway-baseline-"))
+    old = folder / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(old), commit], cwd=here, check=True, capture_output=True)
+    results: dict[str, list[dict[str, Any]]] = {"new": [], "old": []}
+    try:
+        for n in range(rounds):
+            order = [("new", here), ("old", old)] if n % 2 == 0 else [("old", old), ("new", here)]
+            for build, tree in order:
+                print(f"round {n + 1}/{rounds}: {build}", file=sys.stderr, flush=True)
+                results[build].append(_round(tree, events))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=here, check=False, capture_output=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=here, check=False, capture_output=True)
+    names = list(results["new"][0]["rows"])
+    table: dict[str, Any] = {}
+    for name in names:
+        row: dict[str, Any] = {}
+        for build in ("old", "new"):
+            ratios = [r["rows"][name]["ratio"] for r in results[build] if name in r["rows"]]
+            row[build] = {"median_ratio": round(statistics.median(ratios), 2) if ratios else None, "ratios": ratios}
+            row[build]["raw_per_s"] = [r["rows"][name]["raw_per_s"] for r in results[build] if name in r["rows"]]
+            row[build]["ours_per_s"] = [r["rows"][name]["ours_per_s"] for r in results[build] if name in r["rows"]]
+        table[name] = row
+    print(f"baseline {ref} ({commit}), {rounds} rounds each, {events:,} events, alternating")
+    print(f"{'measure':<32} {'old ratio':>10} {'new ratio':>10}   new ratios by round")
+    for name, row in table.items():
+        old_ratio, new_ratio = row["old"]["median_ratio"], row["new"]["median_ratio"]
+        shown = ", ".join(f"{r:.2f}" for r in row["new"]["ratios"])
+        print(f"{name:<32} {old_ratio if old_ratio is not None else '-':>10} {new_ratio:>10}   {shown}")
+    return {"events": events, "baseline": {"ref": ref, "commit": commit}, "rounds": rounds, "rows": table}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--baseline-ref", default=None, help="a git ref whose tree runs alternately with this one")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each build, with --baseline-ref")
     options = parser.parse_args()
-    outcome = asyncio.run(main(options.events))
+    if options.baseline_ref:
+        outcome = compare(options.baseline_ref, options.events, options.rounds)
+    else:
+        outcome = asyncio.run(main(options.events))
     if options.json:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(outcome, indent=2) + "\n")
