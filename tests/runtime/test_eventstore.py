@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -188,3 +189,52 @@ async def test_a_delivered_events_sequence_pending_and_time_are_read_as_nats_py_
     finally:
         await sub.unsubscribe()
         await reader.close()
+
+
+async def _publish_many(store: EventStore, count: int, size: int = 0) -> None:
+    pending = []
+    for n in range(count):
+        key = Key("InferencePoolMember", "", f"r{n % 50}")
+        pending.append(await store.js.publish_async(key.subject(), _encoded(key, n, size)))
+    for ack in pending:
+        await ack
+
+
+def _encoded(key: Key, n: int, size: int) -> bytes:
+    from contracts.events import encode, new_envelope
+
+    return encode(new_envelope(key.subject(), applied(key, n + 1, pad="x" * size), producer="test"))
+
+
+async def test_the_reader_gives_a_slow_caller_a_backlog_past_the_flow_control_window_in_order_and_once(store: EventStore) -> None:
+    """Flow control answered as the caller takes: 8 MB read ten events at a time, every event once, in order."""
+    await _publish_many(store, 2000, size=4000)  # 8 MB: more than a flow-control window
+    reader = OrderedReader(store.nc, EVENTS_STREAM, ["jetway.evt.>"])
+    seqs: list[int] = []
+    try:
+        assert await reader.start() == 2000
+        while len(seqs) < 2000:
+            seqs += [m.seq for m in await reader.next_batch(10)]
+            for _ in range(5):  # a slow caller: the connection reads on meanwhile
+                await asyncio.sleep(0)
+    finally:
+        await reader.close()
+    assert seqs == list(range(1, 2001))
+
+
+async def test_the_reader_makes_a_lost_consumer_again_from_the_last_event_kept(store: EventStore) -> None:
+    await _publish_many(store, 300)
+    reader = OrderedReader(store.nc, EVENTS_STREAM, ["jetway.evt.>"], heartbeat=0.5)
+    seqs: list[int] = []
+    try:
+        await reader.start()
+        while len(seqs) < 10:
+            seqs += [m.seq for m in await reader.next_batch(10)]
+        await store.js.delete_consumer(EVENTS_STREAM, reader.consumer)  # as a NATS restart would lose it
+        await _publish_many(store, 100)
+        while len(seqs) < 400:
+            seqs += [m.seq for m in await reader.next_batch()]
+    finally:
+        await reader.close()
+    assert reader.remade >= 1
+    assert seqs == list(range(1, 401)), "in order, nothing lost, nothing twice"
