@@ -1,14 +1,10 @@
-"""The watcher in Kubernetes mode: the cluster in (list-then-watch), status and finalizers out.
+"""The watcher in Kubernetes mode: the cluster in, status and finalizers out.
 
-One follow loop per kind: list, record what is new, then watch from the list's
-resourceVersion; a dropped watch resumes from the last version seen (bookmarks keep it fresh),
-`410 Gone` lists again and records what the gap hid (deletions included); a handler cut off from
-the API or NATS resumes as a dropped watch does, from before the event, which comes again. A
-follow that fails otherwise (a handler's bug) is logged and starts again from a list after a
-backoff (`Restarts`), never lost. Discovery is refreshed when a CRD comes or goes (CRDs are
-followed metadata-only: an event is all the watcher needs of one), and follow loops start or
-stop with the kinds served. What to record is decided in `ingest` and what to write back in
-`status`, both pure.
+One informer per kind (runtime/informer.py: list, watch, resume after a drop, list again after
+`410 Gone`, start over after a handler's failure). What is the watcher's own is what it does with
+what they show: which kinds it follows (its own resources, the objects Jetway owns, Gateways, every
+claim, CRDs metadata-only), what to record (`ingest`, pure) and what to write back (`status`, pure).
+Discovery is refreshed when a CRD comes or goes, and follows start or stop with the kinds served.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -40,7 +35,8 @@ from contracts.events import Event, ResourceDeleted, StatusReported, StatusSlice
 from contracts.kinds import KINDS
 from contracts.objects import MANAGED_SELECTOR
 from contracts.subjects import BINDING, REPORTED, SPEC, WATCHER, WORKLOAD, Key
-from runtime.kube import EventTooLarge, Gone, Kube, KubeError, NotFound
+from runtime.informer import Informer, OnChange, OnList
+from runtime.kube import Kube, KubeError, NotFound
 from runtime.resources import condition_dict
 from services.watcher.decide import ingest, status
 from services.watcher.projection import WatcherState
@@ -79,29 +75,18 @@ def group_of(kind: str) -> str:
     return kind if kind in GROUPS else CLUSTER_GROUP
 
 
-@dataclass(frozen=True)
-class Restarts:
-    """When a follow that failed starts again: `base` after its first failure, doubling with each failure in
-    a row up to `cap`; a follow that got through its list before failing counts from the first again."""
-
-    base: float
-    cap: float
-    failures: int = 0  # in a row, without a list got through
-
-    def failed(self, *, progressed: bool) -> Restarts:
-        return replace(self, failures=1 if progressed else self.failures + 1)
-
-    @property
-    def delay(self) -> float:
-        return min(self.cap, self.base * 2 ** max(0, self.failures - 1))
-
-
-class HandlerFailed(Exception):
-    """A follow's handler raised: what it was handling may be half done, so the follow starts again from a list."""
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _not_older(obj: dict[str, Any], than: dict[str, Any] | None) -> bool:
+    """Whether `obj` is no older than `than`, by resourceVersion. Clients are told to take those as opaque; a
+    real server's (etcd's revision) and the emulator's are one increasing integer, and anything else is taken
+    as newer."""
+    if than is None:
+        return True
+    mine, theirs = obj["metadata"].get("resourceVersion", ""), than["metadata"].get("resourceVersion", "")
+    return not (mine.isdigit() and theirs.isdigit()) or int(mine) >= int(theirs)
 
 
 def _when(stamp: str | None) -> datetime | None:
@@ -110,21 +95,6 @@ def _when(stamp: str | None) -> datetime | None:
     with contextlib.suppress(ValueError):
         return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     return None
-
-
-TRANSIENT = (TimeoutError, aiohttp.ClientError, OSError)  # the API or NATS out of reach for a moment
-
-
-async def _handling(handled: Awaitable[None]) -> None:
-    """A handler that could not reach the API or NATS fails as a dropped watch does: the follow resumes from
-    before what it was handling, which comes again. Any other failure is a bug that may come again: the
-    follow starts over from a list, after a backoff."""
-    try:
-        await handled
-    except TRANSIENT:
-        raise
-    except Exception as exc:
-        raise HandlerFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
 class Recorder(Protocol):
@@ -172,13 +142,13 @@ class ClusterSync:
         self.mounting: dict[tuple[str, str], set[Key]] = {}  # (namespace, claim) → the deployments naming it
         self.follows: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.synced: dict[tuple[str, str], asyncio.Event] = {}
-        self.listed: Counter[tuple[str, str]] = Counter()  # lists each follow got through (handlers and all)
-        self.restarts: Counter[tuple[str, str]] = Counter()  # follows started again after a failure
+        self.informers: dict[tuple[str, str], Informer] = {}  # the latest informer of each kind followed
         self.held: set[str] = set()  # the groups (GROUPS) this replica follows and writes for
         self.ready = asyncio.Event()  # the held groups listed, and discovery recorded when `cluster` is held
         self._cluster_duties: list[asyncio.Task[None]] = []
         self._discovered = False
         self._holding: dict[str, asyncio.Task[None]] = {}  # group → its `hold` under way (its first lists)
+        self._reconciling: dict[Key, asyncio.Lock] = {}
 
     # --- running -------------------------------------------------------------------------
 
@@ -314,85 +284,40 @@ class ClusterSync:
         self,
         api_version: str,
         kind: str,
-        on_change: Callable[[str, dict[str, Any]], Awaitable[None]],
-        on_list: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
+        on_change: OnChange,
+        on_list: OnList,
         *,
         label_selector: str | None,
         metadata_only: bool = False,
     ) -> None:
-        """Follow a kind until it is no longer served: list and watch; when that fails in a way `_list_and_watch`
-        does not handle, log it and start again from a list after a backoff."""
+        """Follow a kind with these handlers until it is no longer served (runtime/informer.py)."""
         which = (api_version, kind)
-        restarts = Restarts(self.retry_delay, self.restart_cap)
-        while True:
-            listed = self.listed[which]
-            try:
-                await self._list_and_watch(
-                    api_version, kind, on_change, on_list, label_selector=label_selector, metadata_only=metadata_only
-                )
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                restarts = restarts.failed(progressed=self.listed[which] != listed)
-                self.restarts[which] += 1
-                log.error(
-                    "following %s failed (%s): starting it again from a list in %.1fs (%d failure(s) in a row)",
-                    kind,
-                    exc,
-                    restarts.delay,
-                    restarts.failures,
-                    exc_info=exc,
-                )
-                await asyncio.sleep(restarts.delay)
+        informer = Informer(
+            self.kube,
+            api_version,
+            kind,
+            on_change=on_change,
+            on_list=on_list,
+            namespace=None if which == CRDS else self.namespace,
+            label_selector=label_selector,
+            metadata_only=metadata_only,
+            retry_delay=self.retry_delay,
+            restart_cap=self.restart_cap,
+            logger=log,
+            synced=self.synced.get(which),
+        )
+        self.informers[which] = informer
+        await informer.run()
 
-    async def _list_and_watch(
-        self,
-        api_version: str,
-        kind: str,
-        on_change: Callable[[str, dict[str, Any]], Awaitable[None]],
-        on_list: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
-        *,
-        label_selector: str | None,
-        metadata_only: bool,
-    ) -> None:
-        """List, then watch from there; resume after a drop, relist after 410, stop when the kind is no longer served."""
-        version = ""
-        namespace = None if api_version == CRDS[0] else self.namespace
-        while True:
-            try:
-                if not version:
-                    items, listed_at = await self.kube.list(
-                        api_version, kind, namespace, label_selector=label_selector, metadata_only=metadata_only
-                    )
-                    for item in items:
-                        item.setdefault("apiVersion", api_version)
-                        item.setdefault("kind", kind)
-                    await _handling(on_list(kind, items))
-                    version = listed_at  # only once handled: a list that broke off is listed again
-                    self.listed[(api_version, kind)] += 1
-                    if (api_version, kind) in self.synced:
-                        self.synced[(api_version, kind)].set()
-                async for change, obj in self.kube.watch(
-                    api_version, kind, version, namespace=namespace, label_selector=label_selector, metadata_only=metadata_only
-                ):
-                    if change != "BOOKMARK":
-                        await _handling(on_change(change, obj))
-                    version = obj.get("metadata", {}).get("resourceVersion") or version  # after: a broken-off one comes again
-            except asyncio.CancelledError:
-                raise
-            except Gone:
-                log.info("watch of %s expired: listing again", kind)
-                version = ""
-            except NotFound:
-                log.info("%s is no longer served: stopped following it", kind)
-                return
-            except EventTooLarge as exc:
-                log.error("watch of %s: %s; listing again", kind, exc.message)
-                version = ""
-            except (TimeoutError, KubeError, aiohttp.ClientError, OSError, ValueError) as exc:
-                log.warning("watch of %s dropped (%s): resuming from %s", kind, exc, version or "a new list")
-                await asyncio.sleep(self.retry_delay)
+    @property
+    def listed(self) -> Counter[tuple[str, str]]:
+        """Lists each follow got through (handlers and all)."""
+        return Counter({which: informer.lists for which, informer in self.informers.items()})
+
+    @property
+    def restarts(self) -> Counter[tuple[str, str]]:
+        """Follows started again after a failure their informer does not handle itself."""
+        return Counter({which: informer.restarts for which, informer in self.informers.items()})
 
     # --- Jetway's kinds --------------------------------------------------------------------
 
@@ -416,10 +341,12 @@ class ClusterSync:
             self.live.pop(key, None)
             self.written.pop(key, None)
             self.refused.discard(key)
+            self._reconciling.pop(key, None)
             if key in resources.items:
                 await self.service.record(key, ResourceDeleted(kind=key.kind, namespace=key.namespace, name=key.name), SPEC)
             return
-        self.live[key] = obj
+        if _not_older(obj, self.live.get(key)):
+            self.live[key] = obj  # an older one (a status write's echo, after its answer) would undo what was written
         current = resources.items.get(key)
         outcome = ingest.desired(obj, current)
         if isinstance(outcome, ingest.Rejected):
@@ -469,9 +396,16 @@ class ClusterSync:
     # --- status and finalizers -------------------------------------------------------------
 
     async def reconcile(self, key: Key) -> None:
-        """Bring the cluster's view of one resource to what the events say: its status, its finalizer."""
+        """Bring the cluster's view of one resource to what the events say: its status, its finalizer. One
+        at a time per resource: an event's pass and its watch's would both judge the same live object and
+        both write; the second, waiting, judges what the first wrote and writes nothing."""
         if not self.holds_kind(key.kind):
             return  # another watcher replica holds its kind
+        lock = self._reconciling.setdefault(key, asyncio.Lock())
+        async with lock:
+            await self._reconcile(key)
+
+    async def _reconcile(self, key: Key) -> None:
         obj = self.live.get(key)
         state = self.service.state.resources.items.get(key)
         if obj is None or state is None:

@@ -1,8 +1,8 @@
-"""When a failed follow of the watcher starts again (`Restarts`, pure)."""
+"""When a failed informer starts again (`Restarts`, pure)."""
 
 from __future__ import annotations
 
-from services.watcher.cluster import Restarts
+from runtime.informer import Restarts
 
 
 def test_the_delay_doubles_with_each_failure_in_a_row_up_to_the_cap() -> None:
