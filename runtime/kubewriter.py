@@ -1,13 +1,24 @@
 """The Kubernetes writer: server-side apply with one field manager per service, and nothing
-written over an object Jetway does not own."""
+written over an object Jetway does not own.
+
+While `run` runs (a service's duty beside its consumer), the writer keeps a cache of each kind it
+has written (runtime/informer.py: Jetway's objects only, by their label), as controller-runtime
+reads from its informers. An object the cache shows already as it would be written is neither read
+nor written again, so a resync that finds nothing changed costs no request; one changed or deleted
+behind Jetway's back differs from what is wanted there and is written. What the cache does not show
+(not listed yet, or no object of Jetway's by that name) is read first, as without a cache.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from contracts.objects import MODEL_DEPLOYMENT, OWNER_UID
+from contracts.objects import APP_MANAGED_BY, CONTROLLER, MANAGED_SELECTOR, MODEL_DEPLOYMENT, OWNER_UID
 from contracts.subjects import Key
+from runtime.informer import Cache
 from runtime.kube import Kube, KubeError, NotFound
 
 
@@ -35,11 +46,61 @@ def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
     return found
 
 
+def _as_written(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of an object: what a writer sets, not who set it (managedFields) or its status."""
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
+def holds(live: Any, wanted: Any) -> bool:
+    """Whether `live` shows every field `wanted` sets, as it sets it: applying `wanted` would change nothing.
+    What others added (defaults, other managers' fields) does not count; a list must match item by item."""
+    if live is None and wanted in ({}, []):
+        return True  # a server keeps no empty map or list (a Deployment's template annotations {})
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(holds(live.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(live, list) and len(live) == len(wanted) and all(map(holds, live, wanted))
+    return bool(live == wanted)
+
+
 class KubeWriter:
     cluster = True
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, *, retry_delay: float = 1.0) -> None:
         self.kube = kube
+        self.retry_delay = retry_delay
+        self.caches: dict[tuple[str, str], Cache] = {}  # (apiVersion, kind) → Jetway's objects of it, while `run` runs
+        self.skipped = 0  # objects not written: the cache showed them as wanted
+        self._following: list[asyncio.Task[None]] | None = None  # the caches' informers; None: `run` is not running
+
+    async def run(self) -> None:
+        """Follow each kind written, from its first write on, until cancelled (then the caches go)."""
+        self._following = []
+        try:
+            await asyncio.Event().wait()
+        finally:
+            following, self._following = self._following, None
+            self.caches = {}
+            for task in following:
+                task.cancel()
+            for task in following:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The object as the cache shows it; None when the cache cannot say (not running, not listed yet, not
+        one of Jetway's by its label, or absent: an object by that name may still be someone else's)."""
+        meta = obj["metadata"]
+        if self._following is None or (meta.get("labels") or {}).get(APP_MANAGED_BY) != CONTROLLER or _controller(obj) is None:
+            return None
+        which = (obj["apiVersion"], obj["kind"])
+        cache = self.caches.get(which)
+        if cache is None:
+            cache = Cache(self.kube, *which, label_selector=MANAGED_SELECTOR, keep=_as_written, retry_delay=self.retry_delay)
+            self.caches[which] = cache
+            self._following.append(asyncio.create_task(cache.run(), name=f"cache-{obj['kind']}"))
+        return cache.get(meta.get("namespace") or "", meta["name"]) if cache.synced else None
 
     async def _resource_known(self, obj: dict[str, Any]) -> None:
         try:
@@ -47,25 +108,33 @@ class KubeWriter:
         except NotFound:
             raise NotServed(f"the cluster does not serve {obj['kind']} ({obj['apiVersion']}): is its operator installed?") from None
 
-    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str, deleted: bool = False) -> None:
+        """`deleted`: the watcher reported one of them deleted, which this writer's cache may not show yet:
+        every one is read and written."""
         # every object is checked before any is written: a conflict or a kind not served writes none of them
         for obj in objects:
             await self._resource_known(obj)
-            await self._not_taken(owner, obj)
-        for obj in objects:
+        seen = [None if deleted else self._cached(obj) for obj in objects]
+        for obj, live in zip(objects, seen, strict=True):
+            await self._not_taken(owner, obj, live)
+        for obj, live in zip(objects, seen, strict=True):
             meta = obj["metadata"]
+            if live is not None and holds(live, obj):
+                self.skipped += 1
+                continue
             try:
                 await self.kube.apply(obj, manager=f"jetway-{manager}")
             except KubeError as exc:
                 raise KubeError(exc.status, exc.reason, f"{obj['kind']}/{meta['name']}: {exc.message}") from None
 
-    async def _not_taken(self, owner: Key, obj: dict[str, Any]) -> None:
-        """ResourceConflict when an object of that name exists under another controller, or none."""
+    async def _not_taken(self, owner: Key, obj: dict[str, Any], cached: dict[str, Any] | None = None) -> None:
+        """ResourceConflict when an object of that name exists under another controller, or none; read from
+        the server unless the cache shows it."""
         meta = obj["metadata"]
         wanted = _controller(obj)
         if wanted is None:
             return
-        existing = await self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        existing = cached or await self.kube.get_or_none(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
         if existing is None:
             return
         current = _controller(existing)

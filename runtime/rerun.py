@@ -51,10 +51,13 @@ class DryWriter:
     def __init__(self, cluster: bool) -> None:
         self.cluster = cluster
 
-    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str, deleted: bool = False) -> None:
         return None
 
     async def delete(self, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+        return None
+
+    async def run(self) -> None:
         return None
 
 

@@ -18,7 +18,9 @@ from contracts.subjects import Key
 class Writer(Protocol):
     cluster: bool
 
-    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None: ...
+    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str, deleted: bool = False) -> None: ...
+
+    async def run(self) -> None: ...  # beside the service (its `alongside`): what the writer keeps up to date
 
     async def delete(self, objects: Sequence[dict[str, Any]], *, manager: str) -> None: ...
 
@@ -28,7 +30,10 @@ class RecordedWriter:
 
     cluster = False
 
-    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str) -> None:
+    async def apply(self, owner: Key, objects: Sequence[dict[str, Any]], *, manager: str, deleted: bool = False) -> None:
+        return None
+
+    async def run(self) -> None:
         return None
 
     async def delete(self, objects: Sequence[dict[str, Any]], *, manager: str) -> None:

@@ -11,7 +11,7 @@ from contracts.pipeline import StoragePlanned
 from contracts.subjects import SPEC, Key, kind_filter
 from runtime.desired import withdraw
 from runtime.kubewriter import ResourceConflict
-from runtime.service import Effects, Service
+from runtime.service import Effects, Runner, Service
 from runtime.writer import RecordedWriter, Writer
 from services.storage.decide import conflicted, plan
 from services.storage.projection import SELF, StorageState
@@ -28,6 +28,9 @@ class StorageService(Service):
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
+
+    async def alongside(self, runner: Runner) -> None:
+        await self.writer.run()  # in a cluster, the cache a resync compares with
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         return (envelope.key,) if envelope.facet in (SPEC, OBSERVED) else ()
@@ -46,13 +49,10 @@ class StorageService(Service):
             return
         observed = deployment.observed(watched=self.writer.cluster)  # in a cluster the watcher reports pre-existing claims
         decision: Decision = carried(plan(deployment.applied, key, deployment.generation, deployment.uid, observed), deployment.last)
-        if (
-            isinstance(decision, StoragePlanned)
-            and decision.objects
-            and (effects.level or deployment.gone or not same_decision(decision, deployment.last))
-        ):
+        changed = bool(deployment.gone) or not same_decision(decision, deployment.last)
+        if isinstance(decision, StoragePlanned) and decision.objects and (effects.level or changed):
             try:
-                await self.writer.apply(key, list(decision.objects), manager=self.name)
+                await self.writer.apply(key, list(decision.objects), manager=self.name, deleted=bool(deployment.gone))
             except ResourceConflict as exc:
                 # a name the plan needs is taken by an object that is not this deployment's: the writer wrote
                 # none of the plan; the deployment fails saying so, and the next pass (a resync) tries again

@@ -12,7 +12,7 @@ from contracts.events import Decision, Envelope, StatusReported, StatusSlice
 from contracts.pipeline import ProviderRegistered, WorkloadRendered
 from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WATCHER, Key, kind_filter
 from runtime.kubewriter import NotServed, ResourceConflict
-from runtime.service import Effects, Service
+from runtime.service import Effects, Runner, Service
 from runtime.writer import RecordedWriter, Writer
 from services.workload import decide, observe
 from services.workload.projection import SELF, Deployment, WorkloadState
@@ -72,6 +72,9 @@ class WorkloadService(Service):
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
 
+    async def alongside(self, runner: Runner) -> None:
+        await self.writer.run()  # in a cluster, the cache a resync compares with
+
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         key = envelope.key
         if isinstance(envelope.event, ApisDiscovered):
@@ -106,8 +109,9 @@ class WorkloadService(Service):
             record: Decision = step.record
             if step.write and self._must_write(deployment, record, effects):
                 provider = getattr(step.record, "provider", "")
+                gone = deleted_by_hand(deployment.observed, step.write)
                 try:
-                    await self.writer.apply(key, step.write, manager=self.name)
+                    await self.writer.apply(key, step.write, manager=self.name, deleted=gone)
                 except ResourceConflict as exc:
                     record = decide.blocked(deployment, provider, "ResourceConflict", str(exc))
                 except NotServed as exc:
