@@ -37,7 +37,7 @@ import aiohttp
 
 from contracts.events import ResourceApplied
 from contracts.subjects import Key
-from runtime.bus import HISTORY_ENV, StreamSettings, connect, ensure_streams
+from runtime.bus import StreamSettings, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
 from services.console.web import Console
@@ -175,8 +175,8 @@ async def main(deployments: int, events: int, runs: int) -> dict[str, Any]:
     nc = await connect(server.url, name="bench")
     # every event kept: by default a facet keeps its last 64 (runtime/bus.py), so no timeline reaches 10,000;
     # the services' runners set the stream up from the environment too
-    os.environ[HISTORY_ENV] = "unlimited"
-    await ensure_streams(nc.jetstream(), StreamSettings.from_env())
+    os.environ["JETWAY_HISTORY_PER_FACET"] = "unlimited"  # before anything reads the settings (runtime/settings.py)
+    await ensure_streams(nc.jetstream(), StreamSettings(history_per_facet=-1))
     watcher = watcher_main.build(nc)
     watcher_task = asyncio.create_task(watcher.runner.run())
     await watcher.runner.ready.wait()

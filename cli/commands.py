@@ -75,31 +75,32 @@ def render_recorded(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    import os
+    import dataclasses
 
     from cli import up
-    from services.router.keys import client_keys_mode
-    from services.router.policy import Settings as RoutingSettings
-    from services.router.protocol import Limits
+    from runtime import settings
+    from services.router.main import limits_of, routing_of
 
+    # the flags win over the environment's JETWAY_ROUTER_* (runtime/settings.py), each judged by the router's rules
+    flags = {
+        "header_timeout": args.router_header_timeout,
+        "body_timeout": args.router_body_timeout,
+        "idle_timeout": args.router_idle_timeout,
+        "max_connections": args.router_max_connections,
+        "drain_timeout": args.router_drain_timeout,
+        "policy": args.router_policy,
+        "prefix_weight": args.router_prefix_weight,
+        "queue_weight": args.router_queue_weight,
+        "kv_weight": args.router_kv_weight,
+        "load_bound": args.router_load_bound,
+        "client_keys": args.client_keys,
+    }
     try:
-        limits = Limits.from_env(
-            os.environ.get,
-            header_timeout=args.router_header_timeout,
-            body_timeout=args.router_body_timeout,
-            idle_timeout=args.router_idle_timeout,
-            max_connections=args.router_max_connections,
-            drain_timeout=args.router_drain_timeout,
-        )
-        routing = RoutingSettings.from_env(
-            os.environ.get,
-            policy=args.router_policy,
-            prefix_weight=args.router_prefix_weight,
-            queue_weight=args.router_queue_weight,
-            kv_weight=args.router_kv_weight,
-            load_bound=args.router_load_bound,
-        )
-        keys_mode = client_keys_mode(os.environ.get, cluster=False, flag=args.client_keys)
+        config = settings.read()
+        router = dataclasses.replace(config.router, **{name: value for name, value in flags.items() if value is not None})
+        config = dataclasses.replace(config, router=router)
+        limits, routing = limits_of(router), routing_of(router)
+        keys_mode = router.client_keys or "off"  # standalone: off unless asked for
     except ValueError as exc:
         print(f"jetway up: error: {exc}", file=sys.stderr)
         return 2
@@ -117,6 +118,7 @@ def _up(args: argparse.Namespace) -> int:
             router_limits=limits,
             routing=routing,
             client_keys=keys_mode,
+            settings=config,
         )
     )
 

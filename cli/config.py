@@ -7,6 +7,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from runtime import settings
+
 CONFIG_NAME = "jetway.json"
 
 
@@ -18,8 +20,9 @@ def data_dir(explicit: str | None = None) -> Path:
     """--data-dir, else $JETWAY_DATA_DIR, else a per-user folder."""
     if explicit:
         return Path(explicit).expanduser()
-    if os.environ.get("JETWAY_DATA_DIR"):
-        return Path(os.environ["JETWAY_DATA_DIR"]).expanduser()
+    configured = settings.read().cli.data_dir
+    if configured:
+        return Path(configured).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "jetway"
 

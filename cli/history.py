@@ -18,6 +18,7 @@ from cli.refs import parse_kind, parse_ref
 from contracts.cluster import DISCOVERY
 from contracts.events import Envelope, summary
 from contracts.subjects import ALL_EVENTS, OBSERVED, WATCHER, Key, kind_filter, matcher
+from runtime import settings
 from runtime.bus import Credentials, connect, ensure_streams
 from runtime.eventstore import EventStore, Item, Undecodable
 from runtime.resources import Resources
@@ -101,7 +102,7 @@ def trimmed_notices(items: list[Item], expected: dict[str, int], first_seq: int,
 async def _connect(url: str) -> Client:
     """The event history's NATS: `jetway up`'s open server, or a cluster's as a reading user
     (JETWAY_NATS_USER and JETWAY_NATS_PASSWORD, as the services take them; docs/cluster.md, "Replay")."""
-    return await connect(url, name="jetway-cli", connect_timeout=5, credentials=Credentials.from_env())
+    return await connect(url, name="jetway-cli", connect_timeout=5, credentials=Credentials.of(settings.read().nats))
 
 
 async def events(

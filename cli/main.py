@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
+
+from runtime import settings
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # never a traceback for a user, unless they ask for one
-        if os.environ.get("JETWAY_DEBUG"):
+        if debugging():
             raise
         print(
             f"jetway {args.command}: unexpected error: {type(exc).__name__}: {exc} (set JETWAY_DEBUG=1 for the traceback)", file=sys.stderr
@@ -120,3 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def debugging() -> bool:
+    """JETWAY_DEBUG: the traceback of an unexpected error. A bad value says nothing more: this is already an error's path."""
+    try:
+        return settings.read().cli.debug
+    except ValueError:
+        return False

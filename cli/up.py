@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from cli.config import ClientConfig, data_dir
-from runtime import logs, telemetry
+from runtime import logs, settings, telemetry
 from runtime.bus import connect
 from runtime.natsserver import NatsServer, NatsServerError
 from runtime.process import settle_heap
 from runtime.secrets import FileSecrets
 from runtime.service import Runner
+from runtime.settings import Settings
 from services import pipeline
 from services.binding.handlers import BindingService
 from services.console.web import Console
@@ -66,6 +67,7 @@ class Options:
     router_limits: protocol.Limits | None = None  # None: the defaults
     routing: policy.Settings | None = None  # None: the defaults
     client_keys: str = "off"  # required: only requests with a key from `jetway keys create`
+    settings: Settings | None = None  # as `jetway up` read them (runtime/settings.py); None: read them now
 
 
 def say(message: str) -> None:
@@ -171,7 +173,8 @@ async def up(options: Options) -> int:
     logs.setup(options.log_level, json_lines=options.log_format == "json")
     telemetry.setup("up")
     try:
-        resolver = registry.from_environment(os.environ, cluster=False)  # JETWAY_IMAGE_RESOLUTION=registry: tags → digests
+        configured = options.settings or settings.read()
+        resolver = registry.configured(configured.images, cluster=False)  # JETWAY_IMAGE_RESOLUTION=registry: tags → digests
     except ValueError as exc:
         say(f"error: {exc}")
         return 2

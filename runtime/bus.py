@@ -10,8 +10,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,8 +22,9 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
-from contracts.natsauth import PASSWORD_ENV, USER_ENV, inbox_prefix
+from contracts.natsauth import inbox_prefix
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX
+from runtime import settings
 
 log = logging.getLogger("jetway.bus")
 
@@ -39,11 +39,9 @@ NOT_CLUSTERED = 10074  # the only one of them that is final: the others are also
 STREAMS_UNAVAILABLE = 10008  # JetStream not ready yet (a cluster electing its meta leader)
 # Events kept per facet (subject): JetStream's max_msgs_per_subject drops a facet's oldest event
 # when a new one passes the count, so the latest of every facet is always kept.
-HISTORY_PER_FACET = 64
-HISTORY_ENV = "JETWAY_HISTORY_PER_FACET"  # a positive count, or "unlimited"
+HISTORY_PER_FACET = settings.Streams().history_per_facet  # JETWAY_HISTORY_PER_FACET
 # A deleted resource's subjects are purged this long after its deletion, once nothing stands for it.
-DELETED_GRACE = 7 * 24 * 3600.0
-DELETED_GRACE_ENV = "JETWAY_DELETED_HISTORY_SECONDS"  # seconds, or "forever"
+DELETED_GRACE = settings.Streams().deleted_history  # JETWAY_DELETED_HISTORY_SECONDS
 
 
 @dataclass(frozen=True)
@@ -62,10 +60,9 @@ class StreamSettings:
     deleted_grace: float = DELETED_GRACE
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> StreamSettings:
-        """JETWAY_HISTORY_PER_FACET: a positive count or "unlimited"; JETWAY_DELETED_HISTORY_SECONDS: seconds or
-        "forever". A bad value is a ValueError naming it."""
-        return cls(history_per_facet=_history_from(environ), deleted_grace=_grace_from(environ))
+    def of(cls, streams: settings.Streams) -> StreamSettings:
+        """From the settings tree (JETWAY_HISTORY_PER_FACET, JETWAY_DELETED_HISTORY_SECONDS)."""
+        return cls(history_per_facet=streams.history_per_facet, deleted_grace=streams.deleted_history)
 
     def events(self) -> StreamConfig:
         return StreamConfig(
@@ -98,36 +95,6 @@ class StreamSettings:
         )
 
 
-def _history_from(environ: Mapping[str, str]) -> int:
-    text = environ.get(HISTORY_ENV, "").strip().lower()
-    if not text:
-        return HISTORY_PER_FACET
-    if text == "unlimited":
-        return -1
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(f"{HISTORY_ENV} must be a positive number of events or 'unlimited', not {text!r}")
-    return count
-
-
-def _grace_from(environ: Mapping[str, str]) -> float:
-    text = environ.get(DELETED_GRACE_ENV, "").strip().lower()
-    if not text:
-        return DELETED_GRACE
-    if text == "forever":
-        return 0.0
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"{DELETED_GRACE_ENV} must be a positive number of seconds or 'forever', not {text!r}")
-    return seconds
-
-
 # NATS closes a connection for good (no reconnect) when a protocol line passes its
 # max_control_line, 4,096 bytes by default; a subject is most of such a line. Jetway's longest
 # subject (a 253-character member name of 4-byte characters, hex-escaped) is about 3,100 bytes:
@@ -137,8 +104,8 @@ MAX_SUBJECT_BYTES = 3584
 
 @functools.cache
 def streams_from_env() -> StreamSettings:
-    """The process's stream settings, read from its environment once (runtime/entry.py stops a bad start)."""
-    return StreamSettings.from_env()
+    """The process's stream settings, read once (runtime/settings.py; runtime/entry.py stops a bad start)."""
+    return StreamSettings.of(settings.process().streams)
 
 
 class SubjectTooLong(BadSubjectError):
@@ -208,14 +175,9 @@ class Credentials:
     password: str = field(repr=False)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Credentials | None:
+    def of(cls, nats: settings.Nats) -> Credentials | None:
         """JETWAY_NATS_USER and JETWAY_NATS_PASSWORD, or None when neither is set (an open server)."""
-        user, password = environ.get(USER_ENV, ""), environ.get(PASSWORD_ENV, "")
-        if not user and not password:
-            return None
-        if not user or not password:
-            raise ValueError(f"{USER_ENV} and {PASSWORD_ENV} go together: set both or neither")
-        return cls(user, password)
+        return cls(nats.user, nats.password) if nats.user else None
 
 
 def _refused(exc: Exception) -> bool:

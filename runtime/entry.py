@@ -1,20 +1,10 @@
 """One way to start a service process, whichever service it is (`python -m services.<name>`).
 
-Reads the environment the manifests in `deploy/` set:
-- `JETWAY_NATS_URL` (default nats://127.0.0.1:4222), `JETWAY_LOG_LEVEL`;
-- `JETWAY_NATS_USER` and `JETWAY_NATS_PASSWORD`: the service's own NATS user (deploy/ sets them from
-  the Secret `jetway-nats-users`; contracts/natsauth.py states what each user may do);
-- `JETWAY_MODE`: `standalone` (default) or `cluster`, where the process talks to Kubernetes
-  (in-cluster service account, else `$KUBECONFIG`);
-- `JETWAY_HEALTH_PORT` (default 8090): `/healthz` (the process and its NATS connection are
-  alive), `/readyz` (every service rebuilt its state and the extra checks pass) and `/metrics`
-  (Prometheus, runtime/metrics.py and docs/metrics.md);
-- `JETWAY_DEV_RELOAD=true` (the Tilt stack): when a source file changes, drain and start again;
-- `JETWAY_SNAPSHOTS` (`on`/`off`), `JETWAY_SNAPSHOT_EVERY_EVENTS` (10000), `JETWAY_SNAPSHOT_EVERY_SECONDS`
-  (300): when each runner stores a snapshot of its projection (runtime/snapshots.py), read once at start;
-- `JETWAY_REPLICA` (default: the host name, a pod's name) and `JETWAY_LEASE_TTL_SECONDS` (10): this process is
-  one replica of its service, holding a share of the partitions through leases (runtime/leases.py); any
-  number of replicas may run, and one that dies gives its share up within the TTL.
+Each service declares what it is once (`Declared`: its name, its start, whether it talks to Kubernetes, the servers
+it adds); services/catalog.py lists them. Every setting comes from runtime/settings.py, read once here before
+anything starts, so a bad value stops the start naming the variable (docs/settings.md lists them all). The ones
+this path uses: NATS (`JETWAY_NATS_*`), `JETWAY_MODE` (`cluster`: talk to Kubernetes), `/healthz`, `/readyz` and
+`/metrics` (`JETWAY_HEALTH_*`), dev reload, snapshots, leases and the replica's name.
 """
 
 from __future__ import annotations
@@ -22,25 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 from nats.aio.client import Client
 
-from runtime import logs, metrics, telemetry
-from runtime.bus import START_PATIENCE, Credentials, connect, redacted, streams_from_env
+from runtime import logs, metrics, settings, telemetry
+from runtime.bus import START_PATIENCE, Credentials, connect, redacted
 from runtime.kube import Kube
 from runtime.leases import LeaseSettings, replica_id
 from runtime.process import settle_heap
 from runtime.replica import Replica
 from runtime.service import Runnable, Service, run_until_stopped
-from runtime.snapshots import settings_from_env
+from runtime.settings import Settings
 
 Stop = Callable[[], Awaitable[None]]
 
@@ -51,12 +40,23 @@ class Context:
 
     nc: Client
     kube: Kube | None  # Kubernetes mode only
-    resync_interval: float = 30.0  # JETWAY_RESYNC_SECONDS: how often a cluster service re-asserts what it wrote
-    leases: LeaseSettings = field(default_factory=LeaseSettings)  # JETWAY_LEASE_TTL_SECONDS
-    replica: str = field(default_factory=replica_id)  # JETWAY_REPLICA, else the host name
+    settings: Settings = field(default_factory=Settings)  # the process's, runtime/settings.py
     after_ready: list[Callable[[], Awaitable[Stop]]] = field(default_factory=list)  # servers: start, return their stop
     checks: list[Callable[[], bool]] = field(default_factory=list)  # extra readiness conditions
     before_stop: list[Callable[[], Awaitable[object]]] = field(default_factory=list)  # on SIGTERM, before the services stop
+
+    @property
+    def resync_interval(self) -> float:
+        """How often a cluster service re-asserts what it wrote (JETWAY_RESYNC_SECONDS)."""
+        return self.settings.kube.resync_seconds
+
+    @property
+    def leases(self) -> LeaseSettings:
+        return LeaseSettings.of(self.settings.leases)
+
+    @property
+    def replica(self) -> str:
+        return replica_id(self.settings.leases)
 
     @property
     def cluster(self) -> bool:
@@ -66,29 +66,16 @@ class Context:
         """This process's replica of a partitioned service: a shard of `make()` per partition it holds."""
         return Replica(name, make, self.nc, replica=self.replica, leases=self.leases)
 
-    @staticmethod
-    def env(name: str, default: str = "") -> str:
-        return os.environ.get(name, default)
 
+@dataclass(frozen=True)
+class Declared:
+    """What a service is, said once: `python -m services.<name>` starts it through `main`, and services/catalog.py
+    lists every one for whoever else starts them."""
 
-def seconds_setting(environ: Mapping[str, str], name: str, default: float, *, most: float = math.inf) -> float:
-    """`name` from the environment, `default` when unset: a finite number of seconds above 0 and at most `most`."""
-    text = environ.get(name)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not (0 < value <= most and math.isfinite(value)):
-        bound = f", at most {most:g}" if math.isfinite(most) else ""
-        raise ValueError(f"{name} must be a positive number of seconds{bound} (got {text!r})")
-    return value
-
-
-def resync_seconds(environ: Mapping[str, str]) -> float:
-    """JETWAY_RESYNC_SECONDS (30), a positive number of seconds."""
-    return seconds_setting(environ, "JETWAY_RESYNC_SECONDS", 30.0)
+    name: str
+    start: Callable[[Context], Awaitable[list[Runnable]]]  # its runners; its servers go into context.after_ready
+    uses_kube: bool = True  # False: it never talks to the API server, and its pod mounts no token to connect with
+    servers: tuple[str, ...] = ()  # what it serves besides /healthz, /readyz and /metrics, and the settings that place it
 
 
 SOURCES = ("contracts", "runtime", "services", "cli")
@@ -115,10 +102,6 @@ async def reload_when_changed(stop: asyncio.Event, root: Path, interval: float =
     return False
 
 
-def cluster_mode() -> bool:
-    return os.environ.get("JETWAY_MODE", "standalone") == "cluster"
-
-
 async def serve_health(nc: Client, runners: list[Runnable], checks: list[Callable[[], bool]], host: str, port: int) -> web.AppRunner:
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"ok": nc.is_connected}, status=200 if nc.is_connected else 503)
@@ -138,30 +121,27 @@ async def serve_health(nc: Client, runners: list[Runnable], checks: list[Callabl
     return runner
 
 
-async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], *, uses_kube: bool = True) -> None:
-    """Connect, build the service's runners, serve health, run until SIGTERM, then drain. A service that
-    never talks to the API server (`uses_kube=False`, the selector) opens no client: its pod mounts no
-    token, so connecting would fail."""
-    logs.setup(os.environ.get("JETWAY_LOG_LEVEL", "info"))
-    telemetry.setup(name)
+async def run(service: Declared) -> None:
+    """Read the settings, connect, build the service's runners, serve health, run until SIGTERM, then drain. A
+    service that never talks to the API server (`uses_kube=False`, the selector) opens no client."""
+    name = service.name
     try:
-        settings_from_env()  # read once, here: a bad value stops the start, naming the variable
-        streams_from_env()
-        resync = resync_seconds(os.environ)
-        leases = LeaseSettings.from_env(os.environ)
+        config = settings.process()  # read once, here: a bad value stops the start, naming the variable
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
-    url = os.environ.get("JETWAY_NATS_URL", "nats://127.0.0.1:4222")
+    logs.setup(config.process.log_level)
+    telemetry.setup(name)
+    url = config.nats.url
     # A pod may start before NATS does (a fresh install: the NATS pods wait for their volumes and a quorum): wait for
     # it, rather than exit after the client's usual 10 s and crash-loop into the same wait (the first real node)
     logging.getLogger("jetway").info("connecting to NATS at %s", redacted(url), extra={"service": name})
-    nc = await connect(url, name=name, credentials=Credentials.from_env(), connect_timeout=START_PATIENCE)
+    nc = await connect(url, name=name, credentials=Credentials.of(config.nats), connect_timeout=START_PATIENCE)
     kube = None
-    if cluster_mode() and uses_kube:
+    if config.process.cluster and service.uses_kube:
         kube = await Kube.connect()
         await kube.discover()
-    context = Context(nc, kube, resync_interval=resync, leases=leases)
-    runners = await build(context)
+    context = Context(nc, kube, config)
+    runners = await service.start(context)
     stop, signalled = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -176,9 +156,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], 
         stop.set()
 
     signals = asyncio.create_task(on_signal())
-    health = await serve_health(
-        nc, runners, context.checks, os.environ.get("JETWAY_HEALTH_HOST", "0.0.0.0"), int(os.environ.get("JETWAY_HEALTH_PORT", "8090"))
-    )
+    health = await serve_health(nc, runners, context.checks, config.process.health_host, config.process.health_port)
     stops: list[Stop] = []
 
     async def ready() -> None:
@@ -187,7 +165,7 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], 
             stops.append(await start())
 
     reload = None
-    if os.environ.get("JETWAY_DEV_RELOAD") == "true":
+    if config.process.dev_reload:
         reload = asyncio.create_task(reload_when_changed(stop, ROOT))
     try:
         await run_until_stopped(runners, stop, ready)
@@ -205,5 +183,5 @@ async def run(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], 
         os.execv(sys.executable, [sys.executable, "-m", f"services.{name}"])
 
 
-def main(name: str, build: Callable[[Context], Awaitable[list[Runnable]]], *, uses_kube: bool = True) -> None:
-    asyncio.run(run(name, build, uses_kube=uses_kube))
+def main(service: Declared) -> None:
+    asyncio.run(run(service))

@@ -34,11 +34,10 @@ import contextlib
 import hashlib
 import logging
 import math
-import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -47,16 +46,14 @@ from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
-from runtime import metrics
+from runtime import metrics, settings
 from runtime.bus import more_copies, with_copies
 
 log = logging.getLogger("jetway.leases")
 
 BUCKET = "jetway-leases"
 STREAM = f"KV_{BUCKET}"
-DEFAULT_TTL = 10.0
-ENV_TTL = "JETWAY_LEASE_TTL_SECONDS"
-ENV_REPLICA = "JETWAY_REPLICA"
+DEFAULT_TTL = settings.Leases().ttl  # JETWAY_LEASE_TTL_SECONDS
 BUCKET_PLACEMENT_WAIT = 30.0  # seconds a forming cluster is given to place the bucket's three copies
 MARGIN = 0.2  # of the TTL: a lease is given up this long before its key could expire
 
@@ -72,23 +69,20 @@ class LeaseSettings:
         return self.ttl / 4
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> LeaseSettings:
-        text = environ.get(ENV_TTL, "").strip()
-        if not text:
-            return cls()
-        try:
-            ttl = float(text)
-        except ValueError:
-            ttl = 0.0
-        if not 1.0 <= ttl <= 600.0:
-            raise ValueError(f"{ENV_TTL} must be a number of seconds from 1 to 600, not {text!r}")
-        return cls(ttl)
+    def of(cls, leases: settings.Leases) -> LeaseSettings:
+        return cls(leases.ttl)
+
+    @classmethod
+    def configured(cls) -> LeaseSettings:
+        """The process's (JETWAY_LEASE_TTL_SECONDS), read once."""
+        return cls.of(settings.process().leases)
 
 
-def replica_id(environ: Mapping[str, str] = os.environ) -> str:
+def replica_id(leases: settings.Leases | None = None) -> str:
     """This process's name among the replicas: JETWAY_REPLICA, else the host name (a pod's name), which no two
     live replicas share; a process that restarts under the same name takes its own leases back at once."""
-    return environ.get(ENV_REPLICA) or socket.gethostname() or uuid.uuid4().hex[:12]
+    named = (leases or settings.process().leases).replica
+    return named or socket.gethostname() or uuid.uuid4().hex[:12]
 
 
 def preference(replica: str, partition: str) -> int:
@@ -179,7 +173,7 @@ class Leases:
         self.group = group
         self.partitions = tuple(partitions)
         self.replica = replica or replica_id()
-        self.settings = settings or LeaseSettings.from_env()
+        self.settings = settings or LeaseSettings.configured()
         self.on_gain = on_gain
         self.on_loss = on_loss
         self.held: dict[str, Held] = {}

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from runtime import settings
+
 # How often JetStream fsyncs. "always" makes an acknowledged append survive a power loss at
 # some cost in write throughput; the NATS default, 2 minutes, can lose the last ones. We state
 # the choice instead of inheriting it (docs/event-store.md).
@@ -187,7 +189,7 @@ class NatsServer:
 
 
 _handed_out: set[int] = set()
-_next_in_range: dict[str, int] = {}
+_next_in_range: dict[tuple[int, int], int] = {}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -196,8 +198,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     kernel may give two closed probes the same port. With JETWAY_FREE_PORTS=LO-HI (parallel test workers,
     each its own range below the kernel's ephemeral ports), ports come from that range in turn, so two
     processes never hand out the same one."""
-    span = os.environ.get("JETWAY_FREE_PORTS")
-    if span:
+    span = settings.process().testing.free_ports
+    if span is not None:
         return _from_range(host, span)
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -209,9 +211,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError("no free port left to hand out")
 
 
-def _from_range(host: str, span: str) -> int:
-    low, _, high = span.partition("-")
-    first, last = int(low), int(high)
+def _from_range(host: str, span: tuple[int, int]) -> int:
+    first, last = span
     size = last - first + 1
     start = _next_in_range.get(span, first)
     for step in range(size):  # round the range: a port handed out long ago and closed since is free again
@@ -223,7 +224,7 @@ def _from_range(host: str, span: str) -> int:
                 continue
         _next_in_range[span] = port + 1
         return port
-    raise OSError(f"no free port left in JETWAY_FREE_PORTS={span}")
+    raise OSError(f"no free port left in JETWAY_FREE_PORTS={first}-{last}")
 
 
 @dataclass

@@ -32,7 +32,6 @@ import functools
 import hashlib
 import importlib
 import logging
-import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -45,7 +44,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NotFoundError
 from nats.js.object_store import ObjectStore
 
-from runtime import metrics
+from runtime import metrics, settings
 from runtime.bus import more_copies, with_copies
 
 log = logging.getLogger("jetway.snapshots")
@@ -62,45 +61,26 @@ def bucket_of(runner: str) -> str:
 
 # --- settings -----------------------------------------------------------------------------------
 
-ENV_ENABLED = "JETWAY_SNAPSHOTS"
-ENV_EVERY_EVENTS = "JETWAY_SNAPSHOT_EVERY_EVENTS"
-ENV_EVERY_SECONDS = "JETWAY_SNAPSHOT_EVERY_SECONDS"
-
 
 @dataclasses.dataclass(frozen=True)
 class SnapshotSettings:
     """When a runner writes a snapshot: after `every_events` folded events, or `every_seconds` after the
     last one when anything was folded since. `enabled=False`: never written, never read."""
 
-    enabled: bool = True
-    every_events: int = 10_000
-    every_seconds: float = 300.0
+    enabled: bool = settings.Snapshots().enabled
+    every_events: int = settings.Snapshots().every_events
+    every_seconds: float = settings.Snapshots().every_seconds
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> SnapshotSettings:
-        """JETWAY_SNAPSHOTS (on/off), JETWAY_SNAPSHOT_EVERY_EVENTS, JETWAY_SNAPSHOT_EVERY_SECONDS; a bad value
-        is a ValueError naming the variable."""
-        default = cls()
-        enabled = environ.get(ENV_ENABLED, "on").strip().lower()
-        if enabled not in {"on", "off", "true", "false", "1", "0"}:
-            raise ValueError(f"{ENV_ENABLED} must be on or off, not {enabled!r}")
-        try:
-            events = int(environ.get(ENV_EVERY_EVENTS, str(default.every_events)))
-        except ValueError:
-            raise ValueError(f"{ENV_EVERY_EVENTS} must be a whole number of events") from None
-        try:
-            seconds = float(environ.get(ENV_EVERY_SECONDS, str(default.every_seconds)))
-        except ValueError:
-            raise ValueError(f"{ENV_EVERY_SECONDS} must be a number of seconds") from None
-        if events < 1 or not seconds > 0:
-            raise ValueError(f"{ENV_EVERY_EVENTS} and {ENV_EVERY_SECONDS} must be positive")
-        return cls(enabled in {"on", "true", "1"}, events, seconds)
+    def of(cls, snapshots: settings.Snapshots) -> SnapshotSettings:
+        """From the settings tree: JETWAY_SNAPSHOTS, JETWAY_SNAPSHOT_EVERY_EVENTS, JETWAY_SNAPSHOT_EVERY_SECONDS."""
+        return cls(snapshots.enabled, snapshots.every_events, snapshots.every_seconds)
 
 
 @functools.cache
 def settings_from_env() -> SnapshotSettings:
-    """The process's settings, read from its environment once."""
-    return SnapshotSettings.from_env()
+    """The process's settings (runtime/settings.py), read once."""
+    return SnapshotSettings.of(settings.process().snapshots)
 
 
 # --- the codec ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
 from runtime import entry
-from services.binding.main import NAME, start
+from services.binding.main import SERVICE
 
-entry.main(NAME, start)
+entry.main(SERVICE)

@@ -6,7 +6,7 @@ JETWAY_RESYNC_SECONDS (30): a Gateway's status can change without anything else 
 
 from __future__ import annotations
 
-from runtime.entry import Context
+from runtime.entry import Context, Declared
 from runtime.kubewriter import KubeWriter
 from runtime.service import Runnable
 from services.binding.handlers import BindingService
@@ -19,3 +19,6 @@ async def start(context: Context) -> list[Runnable]:
     if kube is None:
         return [context.scaled(NAME, BindingService)]
     return [context.scaled(NAME, lambda: BindingService(KubeWriter(kube), resync_interval=context.resync_interval))]
+
+
+SERVICE = Declared(NAME, start)

@@ -1,4 +1,4 @@
 from runtime import entry
-from services.console.main import NAME, start
+from services.console.main import SERVICE
 
-entry.main(NAME, start, uses_kube=False)  # the pod has no token: it speaks to Kubernetes only as the user
+entry.main(SERVICE)

@@ -61,13 +61,14 @@ class Endpoint:
     ca_data: str | None = None  # PEM, from a kubeconfig's certificate-authority-data
 
     @classmethod
-    def from_environment(cls, environ: dict[str, str], kubeconfig: str | None) -> Endpoint:
+    def from_environment(cls, environ: dict[str, str], kubeconfig: str | None, ca_file: str | None = None) -> Endpoint:
         """In a pod: KUBERNETES_SERVICE_HOST/PORT and the mounted cluster CA. Else the current context's cluster of
-        `kubeconfig` (its user, if any, is ignored: the console never speaks as anyone but the user)."""
+        `kubeconfig` (its user, if any, is ignored: the console never speaks as anyone but the user). `ca_file`:
+        JETWAY_KUBE_CA_FILE, another CA than the pod's mounted one."""
         host = environ.get("KUBERNETES_SERVICE_HOST")
         if host and not kubeconfig:
             port = environ.get("KUBERNETES_SERVICE_PORT", "443")
-            ca = environ.get("JETWAY_KUBE_CA_FILE") or str(IN_CLUSTER_CA)
+            ca = ca_file or str(IN_CLUSTER_CA)
             return cls(f"https://{host}:{port}" if ":" not in host else f"https://[{host}]:{port}", ca)
         if not kubeconfig:
             raise ValueError("KUBECONFIG must name a kubeconfig outside a pod (only its cluster is read)")

@@ -8,13 +8,10 @@ event stream (a watcher projection that decides nothing), with two differences (
   token (`KubeWrites`), where RBAC, Jetway's admission webhook and the audit log see the user. The event stream
   is only read: the console's NATS user may write nothing but its own dead letters and snapshots.
 
-Environment (besides runtime/entry.py's): `JETWAY_CONSOLE_HOST`/`JETWAY_CONSOLE_PORT` (0.0.0.0:8080), where the
-pages are served (plain HTTP: reach it with `kubectl port-forward`, docs/console.md); `JETWAY_ROUTER_URL`, the
-router the playground relays to (`http://jetway-router:8080/v1`); `JETWAY_ROUTER_METRICS`, a host whose DNS
-names every router pod (the headless `jetway-router-metrics`) and the port of their `/metrics`
-(`jetway-router-metrics:8090`), for the pool members' live figures; `JETWAY_CONSOLE_RECHECK_SECONDS` (60), how
-often the API server is asked again whether it still takes a user's token; outside a pod, `KUBECONFIG` names
-the cluster (its user is ignored).
+Settings: the `console` group of runtime/settings.py (docs/settings.md): where the pages are served (plain HTTP:
+reach it with `kubectl port-forward`, docs/console.md), the router the playground relays to, the name of every
+router pod for the members' live figures, and how often the API server is asked again whether it still takes a
+user's token. Outside a pod, `KUBECONFIG` names the cluster (its user is ignored).
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -35,18 +31,17 @@ from contracts.admission import admit
 from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from contracts.subjects import Key
-from runtime.entry import Context, Stop, seconds_setting
+from runtime.entry import Context, Declared, Stop
 from runtime.service import Runnable, Runner, RunnerSettings
 from services.console import figures
 from services.console import web as console_web
-from services.console.access import WHO_TTL, Caller, Denied, KubeGate
+from services.console.access import Caller, Denied, KubeGate
 from services.console.kubeuser import Endpoint, KubeAsUser, KubeRefused
 from services.watcher import api
 from services.watcher.decide.apply import policy
 from services.watcher.handlers import WatcherService
 
 NAME = "console"
-RECHECK_ENV = "JETWAY_CONSOLE_RECHECK_SECONDS"  # how often the API server is asked again about a token
 SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=3)
 log = logging.getLogger("jetway.console")
 
@@ -182,26 +177,17 @@ def router_scraper(target: str, session: aiohttp.ClientSession, clock: Any = tim
     return scrape
 
 
-def recheck_seconds(environ: Mapping[str, str]) -> float:
-    """JETWAY_CONSOLE_RECHECK_SECONDS (60): how soon a revoked or expired token stops working, at most an hour."""
-    return seconds_setting(environ, RECHECK_ENV, WHO_TTL, most=3600)
-
-
 async def start(context: Context) -> list[Runnable]:
     projection = ConsoleProjection()
     runner = Runner(projection, context.nc, RunnerSettings(manage_streams=False))  # its NATS user may not change them
     projection.runner = runner
     try:
-        endpoint = Endpoint.from_environment(dict(os.environ), os.environ.get("KUBECONFIG") or None)
+        endpoint = Endpoint.from_environment(dict(os.environ), os.environ.get("KUBECONFIG") or None, context.settings.console.kube_ca_file)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"console: {exc}") from None
     kube = KubeAsUser(endpoint)
-    router_url = context.env("JETWAY_ROUTER_URL", "http://jetway-router:8080/v1")
-    try:
-        recheck = recheck_seconds(os.environ)
-    except ValueError as exc:
-        raise SystemExit(f"console: {exc}") from None
-    metrics_target = context.env("JETWAY_ROUTER_METRICS", "jetway-router-metrics:8090")
+    config = context.settings.console
+    router_url, recheck, metrics_target = config.router_url, config.recheck_seconds, config.router_metrics
 
     async def serve() -> Stop:
         await kube.start()
@@ -209,7 +195,7 @@ async def start(context: Context) -> list[Runnable]:
         console = console_web.Console(router_url=router_url, gate=KubeGate(kube, recheck=recheck))
         console.scrape = router_scraper(metrics_target, scraping)
         app = api.build_app(projection, "", console, writes=KubeWrites(kube, projection))
-        site, port = await api.serve(app, context.env("JETWAY_CONSOLE_HOST", "0.0.0.0"), int(context.env("JETWAY_CONSOLE_PORT", "8080")))
+        site, port = await api.serve(app, config.host, config.port)
         log.info("console listening", extra={"port": port})
 
         async def stop() -> None:
@@ -221,3 +207,7 @@ async def start(context: Context) -> list[Runnable]:
 
     context.after_ready.append(serve)
     return [runner]
+
+
+# the pod has no token: it speaks to Kubernetes only as the user
+SERVICE = Declared(NAME, start, uses_kube=False, servers=("the pages and /v1/*: JETWAY_CONSOLE_HOST, JETWAY_CONSOLE_PORT",))

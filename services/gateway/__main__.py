@@ -1,4 +1,4 @@
 from runtime import entry
-from services.gateway.main import NAME, start
+from services.gateway.main import SERVICE
 
-entry.main(NAME, start)
+entry.main(SERVICE)

@@ -2,13 +2,12 @@
 
 The Gateway API control plane, in a cluster only: each running ModelDeployment's InferencePool, endpoint
 picker and HTTPRoute, its member of Jetway's router, `GatewayReady` and `status.gateway`, and each Gateway's
-cross-namespace admission. Also reads JETWAY_GATEWAY (namespace/name of the Gateway to use) and
-JETWAY_EPP_IMAGE.
+cross-namespace admission. Its settings (the Gateway to use, the endpoint picker's image): docs/settings.md.
 """
 
 from __future__ import annotations
 
-from runtime.entry import Context
+from runtime.entry import Context, Declared
 from runtime.service import Runnable
 from services.gateway.decide import DEFAULT_EPP_IMAGE
 from services.gateway.handlers import GatewayService
@@ -25,9 +24,12 @@ async def start(context: Context) -> list[Runnable]:
             NAME,
             lambda: GatewayService(
                 kube,
-                configured_gateway=context.env("JETWAY_GATEWAY") or None,
-                epp_image=context.env("JETWAY_EPP_IMAGE", DEFAULT_EPP_IMAGE),
+                configured_gateway=context.settings.gateway.gateway,
+                epp_image=context.settings.gateway.epp_image or DEFAULT_EPP_IMAGE,
                 resync_interval=context.resync_interval,
             ),
         )
     ]
+
+
+SERVICE = Declared(NAME, start)

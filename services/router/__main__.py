@@ -1,4 +1,4 @@
 from runtime import entry
-from services.router.main import NAME, start
+from services.router.main import SERVICE
 
-entry.main(NAME, start, uses_kube=False)
+entry.main(SERVICE)

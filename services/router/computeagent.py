@@ -27,7 +27,7 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from runtime import logs
+from runtime import logs, settings
 from runtime.bus import connect, redacted
 from runtime.secrets import bearer_token
 from services.router.signal import ReplyStream, request_of, subject
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ)
     parser.add_argument("--upstream", required=True, help="the local model server, e.g. http://127.0.0.1:8000")
     parser.add_argument("--token-file", type=Path, help="bearer token for the upstream (read on each request)")
     parser.add_argument("--ca-file", type=Path, help="extra CA bundle for an https upstream")
-    default = environ.get("JETWAY_NATS_URL") or environ.get("NATS_URL") or "nats://127.0.0.1:4222"
+    configured = settings.load(environ).nats.url  # JETWAY_NATS_URL (runtime/settings.py), else $NATS_URL
+    default = configured if configured != settings.Nats().url else environ.get("NATS_URL") or configured
     parser.add_argument(
         "--nats", metavar="URL", default=default, help="the bus (default: $JETWAY_NATS_URL, else $NATS_URL, else nats://127.0.0.1:4222)"
     )

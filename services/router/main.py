@@ -1,29 +1,29 @@
 """Entry point: `python -m services.router` (see runtime/entry.py for the common environment).
 
-Also reads JETWAY_ROUTER_HOST/PORT, JETWAY_ROUTER_HEADER_TIMEOUT/BODY_TIMEOUT/IDLE_TIMEOUT/
-MAX_CONNECTIONS/DRAIN_TIMEOUT (protocol.Limits), JETWAY_ROUTER_POLICY and its weights (policy.Settings),
-JETWAY_ROUTER_CLIENT_KEYS and JETWAY_CLIENT_KEYS_FILE (services/router/keys.py), JETWAY_PROBE_INTERVAL,
-JETWAY_SECRETS_DIR and JETWAY_ALLOW_LINK_LOCAL. It talks to no Kubernetes API:
+Its settings, the `router` group of runtime/settings.py (docs/settings.md): where it listens, its limits
+(protocol.Limits), its policy and weights (policy.Settings), client keys, the probe interval, the secret store,
+and the dial policy. It talks to no Kubernetes API:
 members come from the event stream, their credentials from the mounted secret store. `jetway up` builds the same objects in one process.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nats.aio.client import Client
 
 from contracts.subjects import ALL_PARTITIONS
-from runtime.entry import Context, Stop, cluster_mode
+from runtime import settings as tree
+from runtime.entry import Context, Declared, Stop
 from runtime.leases import Leases, LeaseSettings
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
 from services.router import app, metrics, policy, protocol
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
-from services.router.keys import FILE_ENV, MOUNTED_FILE, Gate, client_keys_mode
+from services.router.keys import Gate
 from services.router.probe import Prober
 from services.router.signal import SignalClient
 from services.router.upstream import UpstreamPool
@@ -73,31 +73,26 @@ def build(
 
 
 async def start(context: Context) -> list[Runnable]:
-    secrets = FileSecrets(Path(context.env("JETWAY_SECRETS_DIR", "/var/run/jetway/secrets")))
-    try:
-        limits = protocol.Limits.from_env(lambda name: context.env(name) or None)
-        routing = policy.Settings.from_env(lambda name: context.env(name) or None)
-    except ValueError as exc:  # a bad setting stops the start, naming the variable, without a traceback
-        raise SystemExit(f"router: {exc}") from None
+    config = context.settings.router
+    secrets = FileSecrets(Path(config.secrets_dir))
+    limits, routing = limits_of(config), routing_of(config)
     router = build(
         context.nc,
         secrets,
-        probe_interval=float(context.env("JETWAY_PROBE_INTERVAL", str(DEFAULT_PROBE_INTERVAL))),
-        allow_link_local=context.env("JETWAY_ALLOW_LINK_LOCAL") == "true",
+        probe_interval=config.probe_interval,
+        allow_link_local=context.settings.dial.allow_link_local,
         leases=context.leases,
         replica=context.replica,
         routing=routing,
     )
     keyfile = None
-    if client_keys_mode(lambda name: context.env(name) or None, cluster=cluster_mode()) == "required":
-        keyfile = KeyFile(Path(context.env(FILE_ENV) or MOUNTED_FILE))
+    if (config.client_keys or ("required" if context.settings.process.cluster else "off")) == "required":
+        keyfile = KeyFile(Path(config.client_keys_file))
         keyfile.load()  # before serving: the first request meets the keys
         router.routes.keys = Gate(lambda: keyfile.ring)
 
     async def serve() -> Stop:
-        serving = await protocol.listen(
-            router.routes, context.env("JETWAY_ROUTER_HOST", "0.0.0.0"), int(context.env("JETWAY_ROUTER_PORT", "8080")), limits=limits
-        )
+        serving = await protocol.listen(router.routes, config.host, config.port, limits=limits)
 
         watching = asyncio.create_task(keyfile.watch(router.service.resync_interval or 5.0, router.routes.keys)) if keyfile else None
 
@@ -113,3 +108,16 @@ async def start(context: Context) -> list[Runnable]:
 
     context.after_ready.append(serve)
     return [router.runner]
+
+
+def limits_of(config: tree.Router) -> protocol.Limits:
+    """The router's limits from its settings (JETWAY_ROUTER_*_TIMEOUT, JETWAY_ROUTER_MAX_CONNECTIONS)."""
+    return protocol.Limits(**{f.name: getattr(config, f.name) for f in fields(protocol.Limits)})
+
+
+def routing_of(config: tree.Router) -> policy.Settings:
+    """Its policy and weights from its settings (JETWAY_ROUTER_POLICY ...)."""
+    return policy.Settings(**{f.name: getattr(config, f.name) for f in fields(policy.Settings)})
+
+
+SERVICE = Declared(NAME, start, uses_kube=False, servers=("the router: JETWAY_ROUTER_HOST, JETWAY_ROUTER_PORT",))

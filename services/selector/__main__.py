@@ -1,4 +1,4 @@
 from runtime import entry
-from services.selector.main import NAME, start
+from services.selector.main import SERVICE
 
-entry.main(NAME, start, uses_kube=False)  # NATS only: its pod mounts no token
+entry.main(SERVICE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.entry import Context
+from runtime.entry import Context, Declared
 from runtime.service import Runnable
 from services.selector.handlers import SelectorService
 
@@ -11,3 +11,6 @@ NAME = "selector"
 
 async def start(context: Context) -> list[Runnable]:
     return [context.scaled(NAME, SelectorService)]
+
+
+SERVICE = Declared(NAME, start, uses_kube=False)  # NATS only: its pod mounts no token

@@ -1,4 +1,4 @@
 from runtime import entry
-from services.storage.main import NAME, start
+from services.storage.main import SERVICE
 
-entry.main(NAME, start)
+entry.main(SERVICE)

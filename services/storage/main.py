@@ -5,7 +5,7 @@ In a cluster it writes PVCs and download Jobs, and re-asserts them every JETWAY_
 
 from __future__ import annotations
 
-from runtime.entry import Context
+from runtime.entry import Context, Declared
 from runtime.kubewriter import KubeWriter
 from runtime.service import Runnable
 from services.storage.handlers import StorageService
@@ -18,3 +18,6 @@ async def start(context: Context) -> list[Runnable]:
     if kube is None:
         return [context.scaled(NAME, StorageService)]
     return [context.scaled(NAME, lambda: StorageService(KubeWriter(kube), resync_interval=context.resync_interval))]
+
+
+SERVICE = Declared(NAME, start)

@@ -1,4 +1,4 @@
 from runtime import entry
-from services.watcher.main import NAME, start
+from services.watcher.main import SERVICE
 
-entry.main(NAME, start)
+entry.main(SERVICE)

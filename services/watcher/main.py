@@ -1,10 +1,8 @@
 """Entry point: `python -m services.watcher` (see runtime/entry.py for the common environment).
 
-Standalone: the apply API (JETWAY_API_HOST/PORT, JETWAY_API_TOKEN required). In a cluster:
-the list-then-watch ingest, status and finalizers (namespace JETWAY_WATCH_NAMESPACE, default
-all), and the admission webhook over TLS (JETWAY_WEBHOOK_PORT, 9443; JETWAY_WEBHOOK=false turns
-it off) with its certificate issued into the Secret JETWAY_WEBHOOK_SECRET of JETWAY_NAMESPACE
-for the Service JETWAY_WEBHOOK_SERVICE, or read from JETWAY_WEBHOOK_CERT_DIR when mounted.
+Standalone: the apply API. In a cluster: the list-then-watch ingest, status and finalizers, and the admission
+webhook over TLS with its certificate issued into a Secret, or mounted. Their settings: the `watcher` and
+`webhook` groups of runtime/settings.py (docs/settings.md).
 `jetway up` builds the standalone objects in one process.
 """
 
@@ -20,7 +18,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from runtime.entry import Context, Stop
+from runtime.entry import Context, Declared, Stop
 from runtime.kube import Kube, KubeError, NotFound
 from runtime.leases import Leases, LeaseSettings
 from runtime.service import Runnable, Runner, RunnerSettings
@@ -107,11 +105,12 @@ async def ensure_certificate(kube: Kube, namespace: str, secret: str, service: s
 
 
 async def start(context: Context) -> list[Runnable]:
-    allow_link_local = context.env("JETWAY_ALLOW_LINK_LOCAL") == "true"
+    allow_link_local = context.settings.dial.allow_link_local
+    hooked = context.settings.webhook
     if context.kube is None:
         from services.watcher import api
 
-        token = context.env("JETWAY_API_TOKEN")
+        token = context.settings.watcher.api_token
         if not token:
             raise SystemExit("JETWAY_API_TOKEN must be set: the apply API never runs without a token")
         watcher = build(context.nc, allow_link_local=allow_link_local)
@@ -119,8 +118,8 @@ async def start(context: Context) -> list[Runnable]:
         async def serve_api() -> Stop:
             site, _ = await api.serve(
                 api.build_app(watcher.service, token),
-                context.env("JETWAY_API_HOST", "0.0.0.0"),
-                int(context.env("JETWAY_API_PORT", "8081")),
+                context.settings.watcher.api_host,
+                context.settings.watcher.api_port,
             )
             return site.cleanup
 
@@ -132,7 +131,7 @@ async def start(context: Context) -> list[Runnable]:
         context.nc,
         allow_link_local=allow_link_local,
         cluster=kube,
-        namespace=context.env("JETWAY_WATCH_NAMESPACE") or None,
+        namespace=context.settings.watcher.watch_namespace,
         resync_interval=context.resync_interval,
         leases=context.leases,
         replica=context.replica,
@@ -140,20 +139,14 @@ async def start(context: Context) -> list[Runnable]:
     sync = watcher.service.cluster
     assert sync is not None
     context.checks.append(sync.ready.is_set)
-    if context.env("JETWAY_WEBHOOK", "true") == "true":
-        mounted = context.env("JETWAY_WEBHOOK_CERT_DIR")  # cert-manager (or anyone) provides tls.crt and tls.key
+    if hooked.enabled:
+        mounted = hooked.cert_dir  # cert-manager (or anyone) provides tls.crt and tls.key
         if mounted:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.load_cert_chain(Path(mounted) / "tls.crt", Path(mounted) / "tls.key")
         else:
             try:
-                issued = await ensure_certificate(
-                    kube,
-                    context.env("JETWAY_NAMESPACE", "jetway-system"),
-                    context.env("JETWAY_WEBHOOK_SECRET", "jetway-webhook-tls"),
-                    context.env("JETWAY_WEBHOOK_SERVICE", "jetway-webhook"),
-                    context.env("JETWAY_WEBHOOK_NAME", "jetway"),
-                )
+                issued = await ensure_certificate(kube, hooked.namespace, hooked.secret, hooked.service, hooked.name)
             except KubeError as exc:
                 raise SystemExit(f"cannot set up the admission webhook's certificate: {exc}") from None
             tls = issued.server_context(Path(tempfile.mkdtemp(prefix="jetway-webhook-")))
@@ -161,7 +154,7 @@ async def start(context: Context) -> list[Runnable]:
         hooks = await webhook.serve(
             webhook.build_app(allow_link_local=allow_link_local, lookup=lookup),
             "0.0.0.0",
-            int(context.env("JETWAY_WEBHOOK_PORT", "9443")),
+            hooked.port,
             tls,
         )
 
@@ -174,3 +167,6 @@ async def start(context: Context) -> list[Runnable]:
 
         context.after_ready.append(keep)  # serving before ready: the API server calls it while we rebuild
     return [watcher.runner]
+
+
+SERVICE = Declared(NAME, start, servers=("standalone: the apply API; in a cluster: the admission webhook",))

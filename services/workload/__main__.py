@@ -1,4 +1,4 @@
 from runtime import entry
-from services.workload.main import NAME, start
+from services.workload.main import SERVICE
 
-entry.main(NAME, start)
+entry.main(SERVICE)

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 
-from runtime.entry import Context, Stop
+from runtime.entry import Context, Declared, Stop
 from runtime.kube import Kube
 from runtime.kubewriter import KubeWriter
 from runtime.service import Runnable
@@ -58,10 +58,13 @@ def ready_once_registered(context: Context, kube: Kube) -> None:
 
 async def start(context: Context) -> list[Runnable]:
     settings = render.settings(os.environ)  # the providers' settings, e.g. KAITO's AIRUNWAY_KAITO_*
-    resolver = registry.from_environment(os.environ, cluster=context.kube is not None)  # JETWAY_IMAGE_RESOLUTION
+    resolver = registry.configured(context.settings.images, cluster=context.kube is not None)
     kube = context.kube
     if kube is None:
         return [context.scaled(NAME, lambda: WorkloadService(settings=settings, resolver=resolver))]
     resync = context.resync_interval
     ready_once_registered(context, kube)
     return [context.scaled(NAME, lambda: WorkloadService(KubeWriter(kube), resync_interval=resync, settings=settings, resolver=resolver))]
+
+
+SERVICE = Declared(NAME, start)

@@ -7,7 +7,7 @@ it was built and from which revision (`created`, the `org.opencontainers.image.c
 Runway resolves: no credentials are read, so none can appear in a message, and errors are put in
 Jetway's words (a status code and the registry's error code), never an exception's text.
 
-Settings (environment): `JETWAY_IMAGE_RESOLUTION` is `registry` or `off` (default: `registry` in a
+Settings (runtime/settings.py, `images`): `JETWAY_IMAGE_RESOLUTION` is `registry` or `off` (default: `registry` in a
 cluster, `off` standalone and in `jetway render`); loopback registries (127.0.0.0/8, localhost,
 [::1]) are reached over plain HTTP, and so are those `JETWAY_REGISTRY_PLAIN_HTTP` names
 (comma-separated `host[:port]`); every other registry over HTTPS.
@@ -30,6 +30,7 @@ import requests
 from dxf import DXF, exceptions
 
 from contracts.pipeline import ImageResolution
+from runtime import settings
 from services.workload import images
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -245,12 +246,8 @@ class RegistryResolver:
             return ImageResolution(requested=reference.strip(), error=f"registry {host} did not answer within {self.timeout:g} s")
 
 
-def from_environment(environ: Mapping[str, str], *, cluster: bool) -> RegistryResolver | None:
-    """The resolver the settings ask for, or None when image resolution is off."""
-    mode = environ.get("JETWAY_IMAGE_RESOLUTION", "registry" if cluster else "off").strip().lower()
-    if mode == "off":
+def configured(images: settings.Images, *, cluster: bool) -> RegistryResolver | None:
+    """The resolver the settings ask for, or None when image resolution is off (by default, outside a cluster)."""
+    if (images.resolution or ("registry" if cluster else "off")) == "off":
         return None
-    if mode != "registry":
-        raise ValueError(f"JETWAY_IMAGE_RESOLUTION must be registry or off (got {mode!r})")
-    named = frozenset(h.strip() for h in environ.get("JETWAY_REGISTRY_PLAIN_HTTP", "").split(",") if h.strip())
-    return RegistryResolver(named_plain=named)
+    return RegistryResolver(named_plain=frozenset(images.plain_http))

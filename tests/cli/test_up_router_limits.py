@@ -40,7 +40,7 @@ async def test_router_timeouts_come_from_flags_and_the_environment(tmp_path: Pat
 async def test_a_bad_router_limit_stops_jetway_up_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JETWAY_ROUTER_MAX_CONNECTIONS", "lots")
     code, _, err = await jetway(tmp_path / "jetway", "up", "--api-port", "0", "--router-port", "0")
-    assert code == 2 and "JETWAY_ROUTER_MAX_CONNECTIONS must be a whole number (got 'lots')" in err and "Traceback" not in err
+    assert code == 2 and "JETWAY_ROUTER_MAX_CONNECTIONS must be a whole number, 1 or more (got 'lots')" in err and "Traceback" not in err
     monkeypatch.delenv("JETWAY_ROUTER_MAX_CONNECTIONS")
     code, _, err = await jetway(tmp_path / "jetway", "up", "--router-idle-timeout", "-1")
     assert code == 2 and "router idle timeout must be a positive number (got -1.0)" in err

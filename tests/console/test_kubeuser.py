@@ -30,7 +30,7 @@ def kubeconfig(path: Path, cluster: dict[str, object]) -> str:
 def test_in_a_pod_the_api_server_is_the_service_host_with_the_mounted_ca() -> None:
     found = Endpoint.from_environment({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}, None)
     assert found == Endpoint("https://10.0.0.1:443", "/var/run/jetway/kube-root-ca/ca.crt")
-    ipv6 = Endpoint.from_environment({"KUBERNETES_SERVICE_HOST": "fd00::1", "JETWAY_KUBE_CA_FILE": "/ca.crt"}, None)
+    ipv6 = Endpoint.from_environment({"KUBERNETES_SERVICE_HOST": "fd00::1"}, None, "/ca.crt")
     assert ipv6.server == "https://[fd00::1]:443" and ipv6.ca_file == "/ca.crt"
 
 

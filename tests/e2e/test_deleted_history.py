@@ -13,12 +13,15 @@ import pytest
 from contracts.events import Envelope, Withdrawn
 from contracts.pipeline import WorkloadRendered
 from contracts.subjects import WORKLOAD, Key
-from runtime.bus import DELETED_GRACE_ENV, StreamSettings, connect
+from runtime import settings
+from runtime.bus import StreamSettings, connect
 from runtime.eventstore import EventStore
 from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, Stack, echo_member, running_stack
+
+DELETED_GRACE_ENV = "JETWAY_DELETED_HISTORY_SECONDS"
 
 GRACE = 3.0  # long enough for the read just after the delete to come first on a loaded machine
 QUICK = dataclasses.replace(SETTINGS, streams=StreamSettings(deleted_grace=GRACE))
@@ -82,9 +85,9 @@ async def test_a_deleted_resource_that_still_holds_objects_keeps_its_history_unt
 
 
 def test_the_grace_is_read_from_the_environment() -> None:
-    assert StreamSettings.from_env({}).deleted_grace == 7 * 24 * 3600
-    assert StreamSettings.from_env({DELETED_GRACE_ENV: "3600"}).deleted_grace == 3600
-    assert StreamSettings.from_env({DELETED_GRACE_ENV: "forever"}).deleted_grace == 0
+    assert StreamSettings.of(settings.load({}).streams).deleted_grace == 7 * 24 * 3600
+    assert StreamSettings.of(settings.load({DELETED_GRACE_ENV: "3600"}).streams).deleted_grace == 3600
+    assert StreamSettings.of(settings.load({DELETED_GRACE_ENV: "forever"}).streams).deleted_grace == 0
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ValueError, match=DELETED_GRACE_ENV):
-            StreamSettings.from_env({DELETED_GRACE_ENV: bad})
+            settings.load({DELETED_GRACE_ENV: bad})

@@ -14,6 +14,7 @@ from nats.aio.client import Client
 
 from contracts.natsauth import LEASE_BUCKET
 from contracts.subjects import ALL_PARTITIONS
+from runtime import settings
 from runtime.bus import connect
 from runtime.leases import BUCKET, MARGIN, Leases, LeaseSettings, View, balanced, fair_share, plan, preference
 from testbed.waiting import eventually
@@ -68,11 +69,11 @@ def test_its_own_lease_from_before_a_restart_is_taken_back() -> None:
 
 
 def test_the_ttl_comes_from_the_environment_within_bounds() -> None:
-    assert LeaseSettings.from_env({}).ttl == 10.0
-    assert LeaseSettings.from_env({"JETWAY_LEASE_TTL_SECONDS": "4"}).ttl == 4.0
+    assert LeaseSettings.of(settings.load({}).leases).ttl == 10.0
+    assert LeaseSettings.of(settings.load({"JETWAY_LEASE_TTL_SECONDS": "4"}).leases).ttl == 4.0
     for bad in ("0", "lots", "601"):
-        with pytest.raises(ValueError, match="JETWAY_LEASE_TTL_SECONDS"):
-            LeaseSettings.from_env({"JETWAY_LEASE_TTL_SECONDS": bad})
+        with pytest.raises(ValueError, match="JETWAY_LEASE_TTL_SECONDS must be a number of seconds from 1 to 600"):
+            settings.load({"JETWAY_LEASE_TTL_SECONDS": bad})
 
 
 class Ledger:

@@ -17,6 +17,7 @@ from nats.aio.client import Client
 from contracts.events import StatusReported
 from contracts.natsauth import PASSWORD_ENV, SERVICES, USER_ENV, new_password, permissions, render_authorization, service_user
 from contracts.subjects import ALL_PARTITIONS, Key
+from runtime import settings
 from runtime.bus import EVENTS_STREAM, Credentials, connect, ensure_streams
 from runtime.eventstore import EventStore, StoreUnavailable
 from runtime.leases import BUCKET, Leases, LeaseSettings
@@ -134,12 +135,12 @@ async def test_a_wrong_password_is_refused_at_once_and_never_echoed(secured: Nat
 
 
 def test_credentials_come_from_the_environment_both_or_neither() -> None:
-    assert Credentials.from_env({}) is None
-    found = Credentials.from_env({USER_ENV: "selector", PASSWORD_ENV: "s3cret"})
+    assert Credentials.of(settings.load({}).nats) is None
+    found = Credentials.of(settings.load({USER_ENV: "selector", PASSWORD_ENV: "s3cret"}).nats)
     assert found == Credentials("selector", "s3cret")
     assert "s3cret" not in repr(found)
     with pytest.raises(ValueError, match="go together"):
-        Credentials.from_env({USER_ENV: "selector"})
+        settings.load({USER_ENV: "selector"})
 
 
 def test_every_service_may_write_only_its_own_facets() -> None:

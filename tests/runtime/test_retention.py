@@ -9,9 +9,12 @@ from nats.aio.client import Client
 
 from contracts.events import StatusCondition, StatusReported, StatusSlice, encode, new_envelope
 from contracts.subjects import ROUTER, Key
-from runtime.bus import EVENTS_STREAM, HISTORY_ENV, HISTORY_PER_FACET, StreamSettings, ensure_streams
+from runtime import settings
+from runtime.bus import EVENTS_STREAM, HISTORY_PER_FACET, StreamSettings, ensure_streams
 from runtime.eventstore import EventStore
 from testbed.waiting import eventually
+
+HISTORY_ENV = "JETWAY_HISTORY_PER_FACET"
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
@@ -24,12 +27,12 @@ def flip(generation: int, healthy: bool) -> StatusReported:
 
 
 def test_history_per_facet_is_read_from_the_environment() -> None:
-    assert StreamSettings.from_env({}) == StreamSettings(history_per_facet=HISTORY_PER_FACET)
-    assert StreamSettings.from_env({HISTORY_ENV: "10"}).history_per_facet == 10
-    assert StreamSettings.from_env({HISTORY_ENV: "unlimited"}).history_per_facet == -1
+    assert StreamSettings.of(settings.load({}).streams) == StreamSettings(history_per_facet=HISTORY_PER_FACET)
+    assert StreamSettings.of(settings.load({HISTORY_ENV: "10"}).streams).history_per_facet == 10
+    assert StreamSettings.of(settings.load({HISTORY_ENV: "unlimited"}).streams).history_per_facet == -1
     for bad in ("0", "-3", "ten"):
         with pytest.raises(ValueError, match=HISTORY_ENV):
-            StreamSettings.from_env({HISTORY_ENV: bad})
+            settings.load({HISTORY_ENV: bad})
     assert StreamSettings().events().max_msgs_per_subject == HISTORY_PER_FACET
     assert StreamSettings().events().max_age == 0  # no age: an age would drop a facet's latest event too
 

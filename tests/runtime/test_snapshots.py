@@ -19,6 +19,7 @@ from contracts.cluster import DISCOVERY, OBSERVED, ApisDiscovered, DeletionReque
 from contracts.events import ResourceApplied, ResourceDeleted, new_envelope
 from contracts.natsauth import SNAPSHOT_BUCKET_PREFIX
 from contracts.subjects import Key
+from runtime import settings
 from runtime.bus import EVENTS_STREAM, StreamSettings, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.kube import Kube
@@ -28,6 +29,7 @@ from runtime.service import Runner, RunnerSettings, Service
 from runtime.snapshots import BUCKET_PREFIX, Codec, SnapshotSettings, SnapshotStore
 from services import pipeline
 from services.binding.handlers import BindingService
+from services.console.handlers import ConsoleService
 from services.gateway.handlers import GatewayService
 from services.router.handlers import RouterService
 from services.router.probe import Prober
@@ -46,13 +48,14 @@ from tests.support.stack import SETTINGS, quiet, running_stack
 OFTEN = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(every_events=3, every_seconds=3600.0))
 NEVER = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(enabled=False))
 SECRET = b"sk-live-0123456789abcdef-never-in-a-snapshot"
-RUNNERS = ("watcher", "selector", "storage", "workload", "router", "gateway", "binding")
+RUNNERS = ("watcher", "console", "selector", "storage", "workload", "router", "gateway", "binding")
 
 
 def fresh(name: str, nc: Client, secrets: FileSecrets) -> Service:
     """One service as its process builds it, knowing nothing yet."""
     makers: dict[str, Callable[[], Service]] = {
         "watcher": WatcherService,
+        "console": ConsoleService,
         "selector": SelectorService,
         "storage": StorageService,
         "workload": WorkloadService,
@@ -66,13 +69,13 @@ def fresh(name: str, nc: Client, secrets: FileSecrets) -> Service:
 
 def comparable(service: Service) -> Any:
     """The projection, less what is not folded from the stream as stored: the router's live traffic (never
-    stored), the watcher's probe times (from signals, not events: a snapshot keeps them, a full replay cannot),
+    stored), the console's probe times (from signals, not events: a snapshot keeps them, a full replay cannot),
     and the stream's stored-at times, which a live runner does not know of the decisions it appends and folds
     at once (it uses the producer's time until a replay; docs/event-store.md, "Snapshots")."""
     projection = service.projection()
     if isinstance(service, RouterService):
         return dataclasses.replace(projection, traffic={})
-    if isinstance(service, WatcherService):
+    if isinstance(service, (WatcherService, ConsoleService)):
         resources = Resources(
             {
                 key: dataclasses.replace(
@@ -85,7 +88,9 @@ def comparable(service: Service) -> Any:
             },
             projection.resources.last_seq,
         )
-        return dataclasses.replace(projection, probed_at={}, resources=resources)
+        if isinstance(service, ConsoleService):
+            return dataclasses.replace(projection, probed_at={}, resources=resources)
+        return dataclasses.replace(projection, resources=resources)
     return projection
 
 
@@ -284,15 +289,15 @@ def test_what_is_not_a_projection_type_never_goes_into_a_snapshot(tmp_path: Path
 
 
 def test_settings_come_from_the_environment_once_with_sane_defaults() -> None:
-    assert SnapshotSettings.from_env({}) == SnapshotSettings(enabled=True, every_events=10_000, every_seconds=300.0)
-    found = SnapshotSettings.from_env(
-        {"JETWAY_SNAPSHOTS": "off", "JETWAY_SNAPSHOT_EVERY_EVENTS": "500", "JETWAY_SNAPSHOT_EVERY_SECONDS": "30"}
+    assert SnapshotSettings.of(settings.load({}).snapshots) == SnapshotSettings(enabled=True, every_events=10_000, every_seconds=300.0)
+    found = SnapshotSettings.of(
+        settings.load({"JETWAY_SNAPSHOTS": "off", "JETWAY_SNAPSHOT_EVERY_EVENTS": "500", "JETWAY_SNAPSHOT_EVERY_SECONDS": "30"}).snapshots
     )
     assert found == SnapshotSettings(enabled=False, every_events=500, every_seconds=30.0)
     with pytest.raises(ValueError, match="JETWAY_SNAPSHOT_EVERY_EVENTS"):
-        SnapshotSettings.from_env({"JETWAY_SNAPSHOT_EVERY_EVENTS": "lots"})
+        settings.load({"JETWAY_SNAPSHOT_EVERY_EVENTS": "lots"})
     with pytest.raises(ValueError, match="JETWAY_SNAPSHOTS"):
-        SnapshotSettings.from_env({"JETWAY_SNAPSHOTS": "maybe"})
+        settings.load({"JETWAY_SNAPSHOTS": "maybe"})
 
 
 def test_the_nats_rights_name_the_buckets_the_runtime_uses() -> None:

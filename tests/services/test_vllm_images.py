@@ -22,6 +22,7 @@ from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ImageResolution, RenderFailed, SelectionFailed, StoragePlanned, WorkloadRendered
 from contracts.rules.modeldeployment import with_defaults
 from contracts.subjects import Key
+from runtime import settings
 from services.selector import decide as selection
 from services.storage import decide as storage
 from services.workload import decide as workload
@@ -524,10 +525,13 @@ def test_plain_http_only_for_loopback_and_named_registries() -> None:
 
 
 def test_resolution_settings() -> None:
-    assert registry.from_environment({}, cluster=False) is None
-    assert registry.from_environment({}, cluster=True) == registry.RegistryResolver()
-    assert registry.from_environment({"JETWAY_IMAGE_RESOLUTION": "off"}, cluster=True) is None
-    found = registry.from_environment({"JETWAY_IMAGE_RESOLUTION": "registry", "JETWAY_REGISTRY_PLAIN_HTTP": " a:5000, b "}, cluster=False)
+    def configured(environ: dict[str, str], cluster: bool) -> registry.RegistryResolver | None:
+        return registry.configured(settings.load(environ).images, cluster=cluster)
+
+    assert configured({}, cluster=False) is None
+    assert configured({}, cluster=True) == registry.RegistryResolver()
+    assert configured({"JETWAY_IMAGE_RESOLUTION": "off"}, cluster=True) is None
+    found = configured({"JETWAY_IMAGE_RESOLUTION": "registry", "JETWAY_REGISTRY_PLAIN_HTTP": " a:5000, b "}, cluster=False)
     assert found == registry.RegistryResolver(named_plain=frozenset({"a:5000", "b"}))
-    with pytest.raises(ValueError, match="registry or off"):
-        registry.from_environment({"JETWAY_IMAGE_RESOLUTION": "yes"}, cluster=True)
+    with pytest.raises(ValueError, match="JETWAY_IMAGE_RESOLUTION must be one of registry, off"):
+        configured({"JETWAY_IMAGE_RESOLUTION": "yes"}, cluster=True)
