@@ -40,8 +40,8 @@ from contracts.subjects import Key
 from runtime.bus import StreamSettings, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
+from services.console import api
 from services.console.web import Console
-from services.watcher import api
 from services.watcher import main as watcher_main
 
 NAMESPACE = "bench"
@@ -178,11 +178,13 @@ async def main(deployments: int, events: int, runs: int) -> dict[str, Any]:
     os.environ["JETWAY_HISTORY_PER_FACET"] = "unlimited"  # before anything reads the settings (runtime/settings.py)
     await ensure_streams(nc.jetstream(), StreamSettings(history_per_facet=-1))
     watcher = watcher_main.build(nc)
-    watcher_task = asyncio.create_task(watcher.runner.run())
-    await watcher.runner.ready.wait()
     token = secrets.token_urlsafe(16)
     console = Console()
-    runner, port = await api.serve(api.build_app(watcher.service, token, console), "127.0.0.1", 0)
+    door = api.standalone(nc, watcher.service, token, console)
+    watcher_task = asyncio.gather(watcher.runner.run(), door.runner.run())
+    await watcher.runner.ready.wait()
+    await door.runner.ready.wait()
+    runner, port = await api.serve(door.app, "127.0.0.1", 0)
     api_url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
@@ -206,6 +208,7 @@ async def main(deployments: int, events: int, runs: int) -> dict[str, Any]:
     finally:
         await runner.cleanup()
         watcher.runner.stop()
+        door.runner.stop()
         await asyncio.gather(watcher_task, return_exceptions=True)
         await nc.close()
         server.stop()

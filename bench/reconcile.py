@@ -30,7 +30,8 @@ from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
 from runtime.service import Runner
 from services import pipeline
-from services.watcher import api
+from services.console import api
+from services.console.web import Console
 from services.watcher import main as watcher_main
 from services.workload.handlers import WorkloadService
 
@@ -140,11 +141,13 @@ async def through_the_api(n: int) -> dict[str, float]:
     nc = await connect(server.url, name="bench")
     await ensure_streams(nc.jetstream())
     watcher = watcher_main.build(nc)
-    watcher_task = asyncio.create_task(watcher.runner.run())
-    await watcher.runner.ready.wait()
-    runners, tasks, workload = await start_pipeline(nc)
     token = secrets.token_urlsafe(16)
-    runner, port = await api.serve(api.build_app(watcher.service, token), "127.0.0.1", 0)
+    door = api.standalone(nc, watcher.service, token, Console())
+    watcher_task = asyncio.gather(watcher.runner.run(), door.runner.run())
+    await watcher.runner.ready.wait()
+    await door.runner.ready.wait()
+    runners, tasks, workload = await start_pipeline(nc)
+    runner, port = await api.serve(door.app, "127.0.0.1", 0)
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
         started = time.perf_counter()
 
@@ -158,7 +161,7 @@ async def through_the_api(n: int) -> dict[str, float]:
         await rendered_all(workload, n, timeout=600)
         seconds = time.perf_counter() - started
     await runner.cleanup()
-    for r in [*runners, watcher.runner]:
+    for r in [*runners, watcher.runner, door.runner]:
         r.stop()
     await asyncio.gather(*tasks, watcher_task)
     await nc.close()

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from cli.manifests import Unreadable, expand_sources, load_documents
 from contracts import yamlstream
-from contracts.admission import admit
+from contracts.admission import Known, admit, judge
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import RenderFailed, SelectionFailed, StorageInvalid, WorkloadRendered
 from contracts.providerconfig import InferenceProviderConfig
+from contracts.rules.provider import ProviderLookup
 from contracts.subjects import Key
 from services.selector import decide as selection
 from services.storage import decide as storage
@@ -52,6 +53,16 @@ def _providers(files: list[str], err: TextIO) -> list[selection.Provider] | None
         ready = not isinstance(status, dict) or status.get("ready", True) is not False
         providers.append(selection.Provider(verdict.obj.metadata.name, verdict.obj.spec, ready))
     return providers
+
+
+def lookup(providers: list[selection.Provider]) -> Callable[[str], ProviderLookup]:
+    by_name = {p.name: p for p in providers}
+
+    def find(name: str) -> ProviderLookup:
+        found = by_name.get(name)
+        return ProviderLookup("found", spec=found.spec) if found is not None else ProviderLookup("not-found")
+
+    return find
 
 
 def objects_for(
@@ -91,6 +102,8 @@ def run(files: list[str], provider_files: list[str], out: TextIO = sys.stdout, e
     providers = _providers(provider_files, err)
     if providers is None:
         return 2
+    # the providers are known here: a deployment naming another is refused as admission refuses it
+    known = Known(providers=lookup(providers))
     failed = False
     for source in expand_sources(files):
         try:
@@ -99,7 +112,7 @@ def run(files: list[str], provider_files: list[str], out: TextIO = sys.stdout, e
             print(f"error: {exc}", file=err)
             return 2
         for doc in documents:
-            verdict = admit(doc.body)
+            verdict = judge(doc.body, known)
             where = f"{source}: {verdict.label}"
             if not verdict.ok or verdict.obj is None:
                 for problem in verdict.problems:

@@ -32,12 +32,13 @@ from runtime.service import Runner
 from runtime.settings import Settings
 from services import pipeline
 from services.binding.handlers import BindingService
+from services.console import api
 from services.console.web import Console
 from services.router import main as router_main
 from services.router import policy, protocol
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
-from services.watcher import api
+from services.router.metrics import RECORDER
 from services.watcher import main as watcher_main
 from services.workload import registry, render
 
@@ -215,8 +216,11 @@ async def up(options: Options) -> int:
         router.routes.keys = Gate(lambda: keyfile.ring)
     # the renderers' settings from this environment (KAITO's AIRUNWAY_KAITO_*), as `python -m services.workload` reads them
     provider_settings = render.settings(os.environ)
+    console = Console(recorder=RECORDER)  # the pages' router figures: the router's counters in this process
+    door = api.standalone(nc, watcher.service, token, console)
     runners: list[Runner] = [
         watcher.runner,
+        door.runner,
         router.runner,
         *pipeline.build(nc, resolver=resolver, provider_settings=provider_settings),
         Runner(BindingService(), nc),
@@ -227,7 +231,6 @@ async def up(options: Options) -> int:
     if keyfile is not None:
         background.append(asyncio.create_task(keyfile.watch(options.probe_interval, router.routes.keys), name="client-keys"))
     api_runner = serving = None
-    console = Console()
     supervisor: asyncio.Future[str] | None = None
     try:
         ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
@@ -258,7 +261,7 @@ async def up(options: Options) -> int:
             say(f"error: the NATS connection closed ({nc.last_error or 'no reason given'}); stopping")
             return 1
         try:
-            api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), HOST, options.api_port)
+            api_runner, api_port = await api.serve(door.app, HOST, options.api_port)
             serving = await protocol.listen(router.routes, HOST, options.router_port, limits=options.router_limits)
             router_port = serving.port
         except OSError as exc:

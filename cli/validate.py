@@ -1,4 +1,5 @@
-"""`jetway validate -f FILE...`: offline admission, one line per problem."""
+"""`jetway validate -f FILE...`: offline admission, one line per problem (contracts/admission.py `judge`, knowing
+nothing but the manifest: what is stored and the providers are the server's to judge)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 from typing import TextIO
 
 from cli.manifests import Unreadable, expand_sources, load_documents
-from contracts.admission import admit
+from contracts.admission import judge
 
 EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
@@ -30,7 +31,7 @@ def run(files: list[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr) ->
             continue
         for doc in docs:
             documents += 1
-            verdict = admit(doc.body)
+            verdict = judge(doc.body)
             where = f"{source}: {label(verdict.kind, verdict.name, doc.index)}"
             for warning in verdict.warnings:
                 print(f"{where}: warning: {warning}", file=err)

@@ -1,8 +1,10 @@
 """Admission: a raw manifest in, a defaulted typed object or every problem with it out.
 
-The one door every manifest passes through: `jetway validate`, the apply API and the
-Kubernetes admission webhook all call `admit`, so they accept and refuse exactly the same
-things with the same words.
+The one door every manifest passes through: `judge` is the whole pipeline, called by the apply API
+(the watcher), the Kubernetes admission webhook, cluster ingest, the cluster console and `jetway validate`
+/ `jetway render`, so they accept and refuse exactly the same things with the same words. Each caller
+passes only what it may know (`Known`): offline, nothing; the watcher, what is stored and the providers
+it folded; the webhook, the old object and the provider the API server gave it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from contracts.rules import agents as agent_rules
 from contracts.rules import modeldeployment as md_rules
 from contracts.rules import poolmember as member_rules
 from contracts.rules import providerconfig as ipc_rules
+from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
+from contracts.rules.urls import refused_address, url_host
 
 PLACEHOLDER_PREFIX = "PLACEHOLDER-"
 
@@ -193,6 +197,50 @@ def _without_placeholder_paths(problems: list[Problem], marked: list[Problem]) -
     return [p for p in problems if p.path not in paths and not any(p.path.startswith(m + ".") for m in paths)]
 
 
+@dataclass(frozen=True)
+class Known:
+    """What a door knows beside the manifest. A rule whose fact is missing (None) is not judged there, and is
+    judged by a door that knows it (an offline `jetway validate` cannot know the stored object or the providers)."""
+
+    old: WireModel | None = None  # the stored object, for an update: its immutable fields
+    recorded_provider: str | None = None  # the provider the stored deployment's status names: no switching away
+    providers: Callable[[str], ProviderLookup] | None = None  # the named provider, looked up by name
+    allow_link_local: bool | None = None  # the dial policy of the server that would dial members (None: not judged)
+
+
+def judge(doc: Any, known: Known = Known()) -> Admission:
+    """The whole admission of one manifest: the contract and its rules (`admit`), then what the door knows:
+    the addresses Jetway refuses to dial, a provider switch, the named provider's capabilities."""
+    return judged(admit(doc, old=known.old), known)
+
+
+def judged(verdict: Admission, known: Known) -> Admission:
+    """`judge` past `admit`, for a door that admitted the manifest already to find its key (without an old
+    object: with one, `judge` the manifest afresh, since an update's rules are part of `admit`)."""
+    obj = verdict.obj
+    if obj is None:
+        return verdict
+    if known.allow_link_local is not None and not verdict.problems:  # a malformed URL has no host to judge
+        verdict.problems += dial_policy(obj, allow_link_local=known.allow_link_local)
+    if isinstance(obj, ModelDeployment):
+        verdict.refuse(md_rules.check_provider_switch(known.recorded_provider, obj))
+        name = provider_to_check(obj)
+        if known.providers is not None and name:
+            problems, warnings = check_named_provider(obj, known.providers(name))
+            verdict.problems += problems
+            verdict.warnings += warnings
+    return verdict
+
+
+def dial_policy(obj: WireModel, *, allow_link_local: bool) -> list[Problem]:
+    """Policy beyond the contract: the member addresses Jetway refuses to dial (cloud metadata, link-local)."""
+    if isinstance(obj, InferencePoolMember) and obj.spec.url:
+        why = refused_address(url_host(obj.spec.url), allow_link_local=allow_link_local)
+        if why:
+            return [Problem(path="spec.url", message=f"{why}; Jetway does not dial it unless started with --allow-link-local")]
+    return []
+
+
 def typed(obj: WireModel) -> tuple[str, str]:
     """(kind, name) of an admitted object."""
     meta = obj.metadata  # type: ignore[attr-defined]
@@ -205,9 +253,13 @@ __all__ = [
     "AgentProviderConfig",
     "InferencePoolMember",
     "InferenceProviderConfig",
+    "Known",
     "ModelDeployment",
     "admit",
+    "dial_policy",
     "field_path",
+    "judge",
+    "judged",
     "placeholders",
 ]
 

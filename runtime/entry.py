@@ -76,6 +76,7 @@ class Declared:
     start: Callable[[Context], Awaitable[list[Runnable]]]  # its runners; its servers go into context.after_ready
     uses_kube: bool = True  # False: it never talks to the API server, and its pod mounts no token to connect with
     servers: tuple[str, ...] = ()  # what it serves besides /healthz, /readyz and /metrics, and the settings that place it
+    cluster_only: bool = False  # True: a process of it runs only in a cluster (standalone, `jetway up` runs it in-process)
 
 
 SOURCES = ("contracts", "runtime", "services", "cli")
@@ -129,6 +130,8 @@ async def run(service: Declared) -> None:
         config = settings.process()  # read once, here: a bad value stops the start, naming the variable
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
+    if service.cluster_only and not config.process.cluster:
+        raise SystemExit(f"{name}: runs in a cluster only (JETWAY_MODE=cluster); standalone, `jetway up` runs it")
     logs.setup(config.process.log_level)
     telemetry.setup(name)
     url = config.nats.url

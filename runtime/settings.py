@@ -281,11 +281,8 @@ class Dial:
 
 @dataclass(frozen=True)
 class Watcher:
-    """The watcher: the apply API standalone; ingest, status and the admission webhook in a cluster."""
+    """The watcher in a cluster: ingest, status and the admission webhook (standalone, `jetway up` runs it)."""
 
-    api_host: str = setting("JETWAY_API_HOST", Text(), "0.0.0.0", "standalone: where the apply API listens")
-    api_port: int = setting("JETWAY_API_PORT", PORT, 8081, "standalone: the apply API's port")
-    api_token: str = setting("JETWAY_API_TOKEN", Text(), "", "standalone: the apply API's bearer token; required there", secret=True)
     watch_namespace: str | None = setting(
         "JETWAY_WATCH_NAMESPACE", Text(optional=True), None, "in a cluster: the namespace watched", shown="every namespace"
     )

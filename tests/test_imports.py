@@ -132,3 +132,21 @@ def test_no_import_circle_between_modules() -> None:
         if module not in index:
             visit(module)
     assert not circles, circles
+
+
+def _service_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "services" and len(parts) > 2 else None  # services/pipeline.py composes: no room
+
+
+def test_no_service_package_imports_another_services_internals() -> None:
+    """Each room keeps its own: the front door (services/console) reaches the watcher only through
+    contracts/frontdoor.py, and whoever runs both in one process (`jetway up`) wires them together."""
+    crossing = sorted(
+        f"{module} imports {imported}"
+        for module, imported_set in GRAPH.items()
+        if (room := _service_of(module)) is not None
+        for imported in imported_set
+        if _service_of(imported) not in (None, room)
+    )
+    assert crossing == []

@@ -107,7 +107,7 @@ async def readable(request: web.Request, gate: Gate, fail: Callable[..., web.Res
 async def readable_resource(
     request: web.Request, gate: Gate, fail: Callable[..., web.Response], resources: Resources
 ) -> tuple[KindInfo, ResourceState] | web.Response:
-    """What `readable` names, as the watcher's fold holds it; 404 when the fold holds no such resource."""
+    """What `readable` names, as the console's fold holds it; 404 when the fold holds no such resource."""
     found = await readable(request, gate, fail)
     if isinstance(found, web.Response):
         return found
@@ -231,6 +231,6 @@ class KubeGate:
 
 
 class Fail(Protocol):
-    """services.watcher.api.error: the API's error body, so the console's errors read like every other."""
+    """services.console.api.error: the API's error body, so the console's errors read like every other."""
 
     def __call__(self, status: int, message: str, *, code: str, path: str | None = None) -> web.Response: ...

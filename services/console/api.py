@@ -1,4 +1,4 @@
-"""The apply API: the Airdress operator's resource plane, for every Jetway kind.
+"""The front door: the apply API (the Airdress operator's resource plane, for every Jetway kind) and the console.
 
     POST   /v1/apply[?dry-run=true]              one manifest, JSON or YAML
     GET    /v1/kinds                              kinds with their summary condition types
@@ -13,6 +13,10 @@ Every route but /healthz, /metrics and the console's login link wants `Authoriza
 console's session cookie (with `x-jetway-console: 1` on a change: 403 without), 401 otherwise. Bad input is
 400 `{error, path, errors: [{path, message}]}` with the words of `jetway validate`; a stale
 `resourceVersion` is 409; nothing a client sends yields a 500.
+
+What it shows it reads from the console service's own fold (handlers.py); changes go through `Writes`: in
+`jetway up`, to the watcher in the same process (`RecorderWrites`, through contracts/frontdoor.py's narrow
+`Recorder`); in a cluster, to Kubernetes as the user (main.py `KubeWrites`). It imports nothing of the watcher.
 """
 
 from __future__ import annotations
@@ -20,23 +24,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from nats.aio.client import Client
 
 from contracts.documents import DocumentError, load_json, load_yaml_all
+from contracts.frontdoor import Applied, Recorder, Refused
 from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
+from contracts.subjects import Key
 from runtime import metrics
 from runtime.resources import ResourceState
+from runtime.service import Runner, RunnerSettings
 from services.console import rendered
 from services.console import web as console_web
-from services.console.access import CALLER, Denied, KubeGate, TokenGate, Writes, known_kind, readable_resource, requested_key
+from services.console.access import CALLER, Caller, Denied, KubeGate, TokenGate, Writes, known_kind, readable_resource, requested_key
+from services.console.handlers import ConsoleService
 from services.console.kubeuser import KubeRefused
-from services.watcher.handlers import Refused, WatcherService
 
 log = logging.getLogger("jetway.api")
 MAX_BODY = 4 * 1024 * 1024
+READ_YOUR_WRITE = 10.0  # seconds an answered apply waits for the console's fold to hold it (then answers anyway)
 INLINE_PARSE = 64 * 1024  # bodies up to this size parse in well under a millisecond: no thread needed
 JSON_TYPES = ("application/json", "")
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
@@ -71,11 +81,51 @@ def refusal(refused: Refused) -> web.Response:
     return error(400, first.message, code="invalid_manifest", path=first.path, problems=refused.problems)
 
 
+def applied(outcome: Applied) -> web.Response:
+    body: dict[str, Any] = {
+        "kind": outcome.key.kind,
+        "name": outcome.key.name,
+        "action": outcome.action,
+        "generation": outcome.generation,
+        "previous_generation": outcome.previous_generation,
+        "resource_version": outcome.resource_version,
+    }
+    if KINDS[outcome.key.kind].namespaced:
+        body["namespace"] = outcome.key.namespace
+    if outcome.warnings:
+        body["warnings"] = outcome.warnings
+    return web.json_response(body, status=201 if outcome.action == "created" else 200)
+
+
+class RecorderWrites:
+    """Changes recorded by the watcher in this process (`jetway up`): it judges each manifest against what it
+    stored. The answer waits until the console's own fold holds the change, so a GET right after it sees it."""
+
+    def __init__(self, recorder: Recorder, console: ConsoleService) -> None:
+        self.recorder = recorder
+        self.console = console
+
+    async def apply(self, caller: Caller, manifest: object, *, dry_run: bool) -> web.Response:
+        outcome = await self.recorder.apply(manifest, dry_run=dry_run)
+        if isinstance(outcome, Refused):
+            return refusal(outcome)
+        if outcome.written:
+            await self.console.folded(outcome.written, READ_YOUR_WRITE)
+        return applied(outcome)
+
+    async def delete(self, caller: Caller, info: KindInfo, key: Key) -> web.Response:
+        outcome = await self.recorder.delete(key)
+        if outcome.seq is not None:
+            await self.console.folded(outcome.seq, READ_YOUR_WRITE)
+        return web.json_response({"kind": info.kind, "name": key.name, "action": "deleted" if outcome.found else "noop"})
+
+
 def build_app(
-    watcher: WatcherService, token: str, console: console_web.Console | None = None, *, writes: Writes | None = None
+    console_service: ConsoleService, token: str, console: console_web.Console | None = None, *, writes: Writes
 ) -> web.Application:
-    """The API. `console.gate` says who may call it (the token or a session by default); `writes`, when given,
-    makes every change elsewhere (the cluster console writes to Kubernetes as the user, services/console/main.py)."""
+    """The API. `console.gate` says who may call it (the token or a session by default); `writes` is where changes
+    go: `RecorderWrites` (the watcher in this process) or the cluster console's `KubeWrites` (Kubernetes, as the user)."""
+    folded = console_service  # what the routes read: the console's own fold
     console = console or console_web.Console()
     gate = console.gate = console.gate or TokenGate(token, console.logins, console.clock)
 
@@ -136,25 +186,7 @@ def build_app(
             return error(400, f"cannot parse the manifest: {exc}", code="invalid_manifest", path="")
         if len(documents) != 1:
             return error(400, f"one manifest per request (got {len(documents)})", code="invalid_manifest", path="")
-        if writes is not None:
-            return await writes.apply(request[CALLER], documents[0], dry_run=dry_run)
-        outcome = await watcher.apply(documents[0], dry_run=dry_run)
-        if isinstance(outcome, Refused):
-            return refusal(outcome)
-        plan, verdict = outcome
-        body = {
-            "kind": plan.key.kind,
-            "name": plan.key.name,
-            "action": plan.action,
-            "generation": plan.generation,
-            "previous_generation": plan.previous_generation,
-            "resource_version": plan.expected_seq,
-        }
-        if KINDS[plan.key.kind].namespaced:
-            body["namespace"] = plan.key.namespace
-        if verdict.warnings:
-            body["warnings"] = verdict.warnings
-        return web.json_response(body, status=201 if plan.action == "created" else 200)
+        return await writes.apply(request[CALLER], documents[0], dry_run=dry_run)
 
     async def kinds(request: web.Request) -> web.Response:
         return web.json_response(
@@ -178,21 +210,21 @@ def build_app(
         if isinstance(info, web.Response):
             return info
         wanted = request.query.get("namespace")
-        states = [s for s in watcher.state.resources.of_kind(info.kind) if not wanted or s.key.namespace == wanted]
+        states = [s for s in folded.state.resources.of_kind(info.kind) if not wanted or s.key.namespace == wanted]
         shown = await console_web.visible(request, gate, info, {s.key.namespace for s in states})
-        items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
+        items = [folded.state.view(s) for s in states if s.key.namespace in shown]
         return web.json_response({"kind": info.kind, "items": items})
 
     async def find(request: web.Request) -> tuple[KindInfo, ResourceState] | web.Response:
-        return await readable_resource(request, gate, error, watcher.state.resources)
+        return await readable_resource(request, gate, error, folded.state.resources)
 
     async def get_one(request: web.Request) -> web.Response:
         found = await find(request)
-        return found if isinstance(found, web.Response) else web.json_response(watcher.state.view(found[1]))
+        return found if isinstance(found, web.Response) else web.json_response(folded.state.view(found[1]))
 
     async def get_status(request: web.Request) -> web.Response:
         found = await find(request)
-        return found if isinstance(found, web.Response) else web.json_response(watcher.state.status_view(found[1]))
+        return found if isinstance(found, web.Response) else web.json_response(folded.state.status_view(found[1]))
 
     async def get_objects(request: web.Request) -> web.Response:
         found = await find(request)
@@ -206,14 +238,11 @@ def build_app(
         info = kind_or_404(request)
         if isinstance(info, web.Response):
             return info
-        if writes is not None:
-            return await writes.delete(request[CALLER], info, requested_key(request, info))
-        outcome = await watcher.delete(requested_key(request, info))
-        return web.json_response({"kind": info.kind, "name": outcome.key.name, "action": "deleted" if outcome.found else "noop"})
+        return await writes.delete(request[CALLER], info, requested_key(request, info))
 
     async def healthz(request: web.Request) -> web.Response:
         # Without its NATS connection the API can only fail: say so, so a supervisor restarts us.
-        runner = watcher.runner
+        runner = folded.runner
         ok = runner is not None and runner.nc.is_connected
         return web.json_response({"ok": ok}, status=200 if ok else 503)
 
@@ -226,7 +255,7 @@ def build_app(
     app.router.add_delete("/v1/kinds/{kind}/{name}", delete)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics.handle)
-    console_web.add_routes(app, watcher, console, error)
+    console_web.add_routes(app, folded, console, error)
     return app
 
 
@@ -239,3 +268,21 @@ async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     server: Any = site._server
     bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port
     return runner, int(bound)
+
+
+@dataclass
+class FrontDoor:
+    """The front door of one process: the console service (its fold), its runner, and the app to serve."""
+
+    service: ConsoleService
+    runner: Runner
+    app: web.Application
+
+
+def standalone(nc: Client, recorder: Recorder, token: str, pages: console_web.Console, settings: RunnerSettings | None = None) -> FrontDoor:
+    """`jetway up`'s front door: its own fold of the stream, changes recorded by `recorder` (the watcher in this
+    process). The runner is the caller's to start with the others; the app answers once it has rebuilt."""
+    service = ConsoleService()
+    runner = Runner(service, nc, settings)
+    service.runner = runner
+    return FrontDoor(service, runner, build_app(service, token, pages, writes=RecorderWrites(recorder, service)))

@@ -2,12 +2,11 @@
 
 An event names its cause and its correlation root by id only (`Envelope.causation_id`, `correlation_id`), and
 the cause is often another resource's event (a deployment's `ProviderSelected` caused by a provider's change).
-`EventIndex` maps the id of each of the newest `bound` events the watcher folded to its stream sequence: fed by
-`WatcherService.fold` (services/watcher/handlers.py), so by the rebuild at start-up as by each event after it, in
-any process that folds the stream that way. `locate` answers one id with where its event lives
-(kind, namespace, name, sequence), reading the event itself from the stream by its sequence, so an event the
-stream let go since (each facet keeps its latest events only, `JETWAY_HISTORY_PER_FACET`; a deleted resource's
-history is purged) is "no longer stored" rather than a link to nothing.
+`EventIndex` maps the id of each of the newest `bound` events the console folded to its stream sequence: fed by
+`ConsoleService.fold` (handlers.py), so by the rebuild at start-up as by each event after it. `locate` answers
+one id with where its event lives (kind, namespace, name, sequence), reading the event itself from the stream
+by its sequence, so an event the stream let go since (each facet keeps its latest events only,
+`JETWAY_HISTORY_PER_FACET`; a deleted resource's history is purged) is "no longer stored" rather than a link to nothing.
 
 Past the bound, and for what a start-up from a snapshot did not replay, the index does not know an id: `locate`
 then scans at most `SCAN_BOUND` events of the stream, those just before the event that names it (`before`: a

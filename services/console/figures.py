@@ -16,17 +16,35 @@ per model. Both are plain data: the decisions are tested without a router (tests
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # imported by the caller: importing it registers the router's collector (services/console/web.py)
-    from services.router.metrics import Recorder
+from typing import Any, Protocol
 
 WINDOW = 10.0  # seconds: rates are over the last samples within this window
 SPACING = 1.0  # seconds: a poll sooner than this after the last sample reuses it (several tabs, one series)
 
 Buckets = tuple[int, ...]  # counts per bucket of TTFT (not cumulative), the last +Inf
+
+
+class Histogram(Protocol):
+    @property
+    def bounds(self) -> tuple[float, ...]: ...
+
+    @property
+    def counts(self) -> Sequence[int]: ...
+
+
+class Counters(Protocol):
+    """The router's counters in this process (services/router/metrics.py `Recorder`), as the figures read them:
+    given to the console by whoever runs both (`jetway up`), so the console imports nothing of the router."""
+
+    @property
+    def requests(self) -> Mapping[tuple[str, str, str, str], int]: ...
+
+    @property
+    def first_token(self) -> Mapping[tuple[str, str], Histogram]: ...
+
+    def in_flight(self) -> Iterable[tuple[str, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,7 @@ class Sample:
     bounds: tuple[float, ...] = ()  # the TTFT histogram's upper bounds (seconds; services/router/metrics.py TTFT)
 
 
-def sample(recorder: Recorder, at: float) -> Sample:
+def sample(recorder: Counters, at: float) -> Sample:
     """A copy of what `recorder` counted so far (the endpoint label summed away)."""
     requests: dict[tuple[str, str, int], int] = {}
     for (model, member, _endpoint, status), count in list(recorder.requests.items()):

@@ -1,7 +1,7 @@
 """Entry point of the console in a cluster: `python -m services.console` (deploy/base/console.yaml).
 
-It serves the same pages and the same `/v1/*` routes as `jetway up`'s apply API, from its own fold of the
-event stream (a watcher projection that decides nothing), with two differences (services/console/access.py):
+It serves the same pages and the same `/v1/*` routes as `jetway up`'s front door (api.py), from its own fold of
+the event stream (handlers.py, as in `jetway up`), with two differences (services/console/access.py):
 - who: the user logs in with their own Kubernetes token (`POST /ui/login`, or `Authorization: Bearer`), which
   the API server checks; the console's pod has no token of its own and no Kubernetes rights at all;
 - changes (apply and delete; the members page's drain is an apply) go to the Kubernetes API with the user's
@@ -17,7 +17,6 @@ user's token. Outside a pod, `KUBECONFIG` names the cluster (its user is ignored
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -27,61 +26,34 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from contracts.admission import admit
+from contracts.admission import Known, judge
 from contracts.kinds import KINDS, KindInfo
 from contracts.problems import Problem
 from contracts.subjects import Key
 from runtime.entry import Context, Declared, Stop
 from runtime.service import Runnable, Runner, RunnerSettings
-from services.console import figures
+from services.console import api, figures
 from services.console import web as console_web
 from services.console.access import Caller, Denied, KubeGate
+from services.console.handlers import NAME, ConsoleService
 from services.console.kubeuser import Endpoint, KubeAsUser, KubeRefused
-from services.watcher import api
-from services.watcher.decide.apply import policy
-from services.watcher.handlers import WatcherService
 
-NAME = "console"
 SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=3)
 log = logging.getLogger("jetway.console")
-
-
-class ConsoleProjection(WatcherService):
-    """The watcher's projection of every event, folded and never acted on: no reconcile, so nothing written."""
-
-    name = NAME
-
-    def affected(self, envelope: Any) -> tuple[Key, ...]:
-        return ()
-
-    def keys(self) -> list[Key]:
-        return []
-
-    async def alongside(self, runner: Runner) -> None:
-        """Only the probe times: no cluster sync, no purge of deleted history (the watcher's)."""
-        self.runner = runner
-        sub = await self.follow_probes(runner)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
 
 
 class KubeWrites:
     """Changes as the user: Jetway's own admission rules first (the same words as `jetway validate`, in place on
     the form), then server-side apply or delete with the user's token; the API server's refusal is passed on."""
 
-    def __init__(self, kube: KubeAsUser, projection: WatcherService) -> None:
+    def __init__(self, kube: KubeAsUser, *, allow_link_local: bool = False) -> None:
         self.kube = kube
-        self.projection = projection
+        self.allow_link_local = allow_link_local
 
     async def apply(self, caller: Caller, manifest: object, *, dry_run: bool) -> web.Response:
         # The manifest's own rules only: the rules that compare it with what is stored (an update's immutable
         # fields) would answer about a resource the user may not read. Kubernetes and Jetway's webhook judge those.
-        verdict = admit(manifest)
-        if verdict.obj is not None and not verdict.problems:
-            verdict.problems += policy(verdict.obj, allow_link_local=self.projection.allow_link_local)
+        verdict = judge(manifest, Known(allow_link_local=self.allow_link_local))
         if not verdict.ok or verdict.obj is None:
             first = verdict.problems[0]
             return api.error(400, first.message, code="invalid_manifest", path=first.path, problems=verdict.problems)
@@ -178,9 +150,9 @@ def router_scraper(target: str, session: aiohttp.ClientSession, clock: Any = tim
 
 
 async def start(context: Context) -> list[Runnable]:
-    projection = ConsoleProjection()
-    runner = Runner(projection, context.nc, RunnerSettings(manage_streams=False))  # its NATS user may not change them
-    projection.runner = runner
+    folded = ConsoleService()
+    runner = Runner(folded, context.nc, RunnerSettings(manage_streams=False))  # its NATS user may not change them
+    folded.runner = runner
     try:
         endpoint = Endpoint.from_environment(dict(os.environ), os.environ.get("KUBECONFIG") or None, context.settings.console.kube_ca_file)
     except (ValueError, OSError) as exc:
@@ -194,7 +166,7 @@ async def start(context: Context) -> list[Runnable]:
         scraping = aiohttp.ClientSession()
         console = console_web.Console(router_url=router_url, gate=KubeGate(kube, recheck=recheck))
         console.scrape = router_scraper(metrics_target, scraping)
-        app = api.build_app(projection, "", console, writes=KubeWrites(kube, projection))
+        app = api.build_app(folded, "", console, writes=KubeWrites(kube))
         site, port = await api.serve(app, config.host, config.port)
         log.info("console listening", extra={"port": port})
 

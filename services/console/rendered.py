@@ -18,7 +18,7 @@ from aiohttp import web
 from contracts import yamlstream
 from contracts.events import Envelope
 from services.console.access import Fail, Gate, readable_resource
-from services.watcher.handlers import WatcherService
+from services.console.handlers import ConsoleService
 
 CONTENT_TYPE = "application/yaml"
 
@@ -32,9 +32,9 @@ def recorded_objects(decisions: Mapping[str, Envelope]) -> dict[str, list[Any]]:
     }
 
 
-def route(watcher: WatcherService, gate: Gate, fail: Fail) -> Callable[[web.Request], Awaitable[web.Response]]:
+def route(folded: ConsoleService, gate: Gate, fail: Fail) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def rendered(request: web.Request) -> web.Response:
-        found = await readable_resource(request, gate, fail, watcher.state.resources)
+        found = await readable_resource(request, gate, fail, folded.state.resources)
         if isinstance(found, web.Response):
             return found
         info, state = found

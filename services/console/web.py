@@ -1,4 +1,4 @@
-"""The console's routes on the apply API's aiohttp app (services/watcher/api.py `build_app` adds them).
+"""The console's routes on the apply API's aiohttp app (services/console/api.py `build_app` adds them).
 
     GET  /ui/, /ui/{file}                           the pages (session cookie or bearer token)
     GET  /ui/login?code=CODE                        a one-time code for a session cookie, then /ui/ (no auth)
@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -44,12 +44,9 @@ from contracts.subjects import Key
 from runtime.eventstore import Item
 from services.console import events, figures, rendered, timeline
 from services.console.access import CALLER, Denied, Fail, Gate, KubeGate, readable
+from services.console.handlers import ConsoleService
 from services.console.kubeuser import KubeRefused, usable_token
 from services.console.logins import COOKIE, Logins
-from services.watcher.handlers import WatcherService
-
-if TYPE_CHECKING:
-    from services.router.metrics import Recorder
 
 log = logging.getLogger("jetway.console")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -82,7 +79,7 @@ class Console:
     router_url: str | None = None  # ".../v1", as jetway.json has it
     clock: Callable[[], float] = time.monotonic
     watches: set[asyncio.Queue[Key | None]] = field(default_factory=set)
-    recorder: Recorder | None = None  # the router's counters; None: its process-wide RECORDER (`jetway up` runs it here)
+    recorder: figures.Counters | None = None  # the router's counters in this process (`jetway up` gives them)
     samples: list[figures.Sample] = field(default_factory=list)  # the router's recent counts: rates are between them
     gate: Gate | None = None  # who may call: the API token by default (services/console/access.py), KubeGate in a cluster
     scrape: Callable[[], Awaitable[figures.Sample]] | None = None  # a cluster: the routers' /metrics, read (main.py)
@@ -140,14 +137,6 @@ def logged_out(reason: str, status: int = 401) -> web.Response:
     return web.Response(status=status, text=LOGGED_OUT.format(reason=reason), content_type="text/html", headers=PAGE_HEADERS)
 
 
-def router_recorder() -> Recorder:
-    """The router's process-wide counters, imported when first asked: importing registers its collector, which a
-    process with no router (the watcher alone, in a cluster) should not export empty."""
-    from services.router.metrics import RECORDER
-
-    return RECORDER
-
-
 def static_files() -> dict[str, Path]:
     """The files under static/ by name: only these are served (no path from a request reaches the disk)."""
     return {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in CONTENT_TYPES}
@@ -157,7 +146,7 @@ def sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n".encode()
 
 
-def add_routes(app: web.Application, watcher: WatcherService, console: Console, fail: Fail) -> None:
+def add_routes(app: web.Application, folded: ConsoleService, console: Console, fail: Fail) -> None:
     files = static_files()
     gate = console.gate
     assert gate is not None, "the API sets the console's gate before adding its routes"
@@ -287,16 +276,18 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             now = last  # a cluster: several tabs polling share one scrape of the router pods a second
         elif console.scrape is not None:  # a cluster: the router pods' /metrics
             now = await console.scrape()
-        else:
-            now = figures.sample(console.recorder or router_recorder(), console.clock())
+        elif console.recorder is not None:  # `jetway up`: the router's counters in this process
+            now = figures.sample(console.recorder, console.clock())
+        else:  # no router to read
+            now = figures.Sample(console.clock())
         console.samples = figures.keep(console.samples, now)
         body = figures.figures(console.samples[0] if console.samples[0] is not now else None, now)
         return web.json_response({"router_url": console.router_url, "window": figures.WINDOW, **body})
 
     async def discovery(request: web.Request) -> web.Response:
-        """The watcher's last ApisDiscovered as CRD names ("plural.group"), for the providers' health checks; in
+        """The last ApisDiscovered as CRD names ("plural.group"), for the providers' health checks; in
         standalone mode nothing is discovered: `checked` is false."""
-        found = watcher.state.discovered
+        found = folded.state.discovered
         served = sorted({f"{r.split('/')[2]}.{r.split('/')[0]}" for r in found.resources if r.count("/") == 2}) if found else []
         return web.json_response({"checked": found is not None, "served": served})
 
@@ -321,17 +312,17 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 changed.put_nowait(key)
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-        watcher.listeners.append(heard)  # before the snapshot: a change meanwhile is sent after it, never lost
+        folded.listeners.append(heard)  # before the snapshot: a change meanwhile is sent after it, never lost
         console.watches.add(changed)
         try:
             await response.prepare(request)
             states = [
                 s
-                for s in watcher.state.resources.of_kind(info.kind)
+                for s in folded.state.resources.of_kind(info.kind)
                 if (namespace is None or s.key.namespace == namespace) and (name is None or s.key.name == name)
             ]
             shown = await visible(request, gate, info, {s.key.namespace for s in states}, verb="watch")
-            items = [watcher.state.view(s) for s in states if s.key.namespace in shown]
+            items = [folded.state.view(s) for s in states if s.key.namespace in shown]
             await response.write(sse("snapshot", {"kind": info.kind, "items": items}))
             while True:
                 try:
@@ -344,11 +335,11 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 pending.discard(key)
                 if not await gate.may(request[CALLER], "watch", info, key.namespace or None):
                     continue
-                state = watcher.state.resources.items.get(key)
+                state = folded.state.resources.items.get(key)
                 if state is None:
                     await response.write(sse("deleted", {"kind": key.kind, "namespace": key.namespace, "name": key.name}))
                 else:
-                    await response.write(sse("changed", watcher.state.view(state)))
+                    await response.write(sse("changed", folded.state.view(state)))
         except (ConnectionResetError, ConnectionError):
             pass  # the browser left
         except (Denied, KubeRefused) as exc:
@@ -357,7 +348,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             log.info("console watch ended: %s", type(exc).__name__)
         finally:
             with contextlib.suppress(ValueError):
-                watcher.listeners.remove(heard)
+                folded.listeners.remove(heard)
             console.watches.discard(changed)
         return response
 
@@ -375,7 +366,7 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
                 raise ValueError("until: a diff needs both points, ?since=SEQ&until=SEQ")
         except ValueError as exc:
             return fail(400, str(exc), code="invalid_request", path=str(exc).split(":", 1)[0])
-        runner = watcher.runner
+        runner = folded.runner
         if runner is None:
             return fail(503, "the event stream is not read yet; try again shortly", code="unavailable")
         if until is not None and since is not None:
@@ -417,10 +408,10 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
             before = timeline.sequence("before", request.query.get("before"))
         except ValueError as exc:
             return fail(400, str(exc), code="invalid_request", path=str(exc).split(":", 1)[0])
-        runner = watcher.runner
+        runner = folded.runner
         if runner is None:
             return fail(503, "the event stream is not read yet; try again shortly", code="unavailable")
-        found = await events.locate(watcher.event_index, runner.store, event_id, before=before)
+        found = await events.locate(folded.index, runner.store, event_id, before=before)
         if isinstance(found, events.Missing):
             return fail(found.status, found.message, code=found.code)
         info = KINDS[found.key.kind]
@@ -458,4 +449,4 @@ def add_routes(app: web.Application, watcher: WatcherService, console: Console, 
     app.router.add_get("/v1/watch", watch)
     app.router.add_get("/v1/kinds/{kind}/{name}/history", history)
     app.router.add_get("/v1/console/events/{id}", event_at)
-    app.router.add_get("/v1/console/rendered/{kind}/{name}", rendered.route(watcher, gate, fail))  # `jetway render md/NAME`'s text
+    app.router.add_get("/v1/console/rendered/{kind}/{name}", rendered.route(folded, gate, fail))  # `jetway render md/NAME`'s text

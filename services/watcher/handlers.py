@@ -1,42 +1,38 @@
-"""The watcher service: folds every event into the resources projection and records applies.
+"""The watcher service: folds every event into the resources projection and records applies (the front door's
+`Recorder`, contracts/frontdoor.py: services/console/api.py calls `apply` and `delete`, and reads nothing else here).
 
 Every write (an apply, a delete, what the cluster showed) is an append guarded by its facet's last
 sequence, serialised by one lock and retried after a conflict by one loop (`_guarded`). In Kubernetes
 mode `ClusterSync` (cluster.py) drives the cluster side; it sees this service only as a `Recorder`.
-Probe times arrive as signals from the gateway (see projection.py for why they are not events)."""
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
 
-from contracts.admission import Admission, admit, stored
+from contracts.admission import Admission, Known, admit, judge, judged, stored
 from contracts.cluster import OBSERVED
 from contracts.events import Envelope, Event, ResourceDeleted, StatusReported, StatusSlice
+from contracts.frontdoor import Applied, Deleted, Refused
 from contracts.kinds import KINDS
-from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ProviderRegistered
 from contracts.problems import Problem
-from contracts.router import PROBE_SIGNALS, ProbeSignal
-from contracts.rules import modeldeployment as md_rules
-from contracts.rules.provider import ProviderLookup, check_named_provider, provider_to_check
+from contracts.rules.provider import ProviderLookup
 from contracts.subjects import ALL_EVENTS, REPORTED, SPEC, WORKLOAD, Key, facet_filter
 from runtime.bus import EVENTS_STREAM
 from runtime.eventstore import Conflict, EventTooLarge, Item
 from runtime.leases import Leases
 from runtime.resources import ResourceState
 from runtime.service import Effects, Runner, Service
-from services.console.events import EventIndex
 from services.watcher.cluster import ClusterSync
 from services.watcher.decide import history
-from services.watcher.decide.apply import Plan, Stale, key_of, plan, policy
+from services.watcher.decide.apply import Plan, Stale, key_of, plan
 from services.watcher.decide.ingest import typed
 from services.watcher.projection import WatcherState
 
@@ -46,20 +42,8 @@ CONFLICT_TRIES = 3  # appends of one write before it gives up (each after refres
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Refused:
-    status: int
-    problems: list[Problem]
-
-
 def too_large(exc: EventTooLarge) -> str:
     return f"its event would be {exc.size} bytes, more than the {exc.limit} bytes NATS takes in one message (its max_payload)"
-
-
-@dataclass(frozen=True)
-class Deleted:
-    key: Key
-    found: bool
 
 
 class WatcherService(Service):
@@ -81,18 +65,12 @@ class WatcherService(Service):
         self.leases = leases  # several watcher replicas: each follows the kinds it holds a lease on (cluster.GROUPS)
         self.resync_interval = resync_interval
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
+        self._written = 0  # under the lock: the sequence of the last event the apply under way appended
         self.rebuilt_count = 0
         self.rebuilt_builtin = 0  # of those, the built-in provider configs Jetway registered itself
-        # told of each event once it is folded, so what they read of the state includes it (the console's watch)
-        self.listeners: list[Callable[[Envelope], None]] = []
-        # event id -> stream sequence of the newest events folded (rebuild included): the timeline's links to causes
-        self.event_index = EventIndex()
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
-        self.event_index.add(envelope)
-        for listener in self.listeners:
-            listener(envelope)
 
     def rebuilt(self) -> None:
         self.rebuilt_count = len(self.state.resources.items)
@@ -194,25 +172,18 @@ class WatcherService(Service):
     # --- applying --------------------------------------------------------------------------
 
     def admit(self, doc: Any) -> tuple[Admission, ResourceState | None]:
-        """Admission against what is stored (so update rules apply)."""
+        """Admission against what is stored (so update rules apply) and the providers folded."""
         first = admit(doc)
         if first.obj is None:
             return first, None
         current = self.state.resources.items.get(key_of(first.obj))
-        verdict = admit(doc, old=typed(current)) if current is not None else first
-        if verdict.obj is not None:
-            if not verdict.problems:  # the dial policy judges only what admission accepted (a malformed URL has no host)
-                verdict.problems += policy(verdict.obj, allow_link_local=self.allow_link_local)
-            if isinstance(verdict.obj, ModelDeployment) and current is not None:
-                verdict.refuse(md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj))
-            if isinstance(verdict.obj, ModelDeployment):
-                problems, warnings = check_named_provider(verdict.obj, self.provider_lookup(verdict.obj))
-                verdict.problems += problems
-                verdict.warnings += warnings
-        return verdict, current
-
-    def provider_lookup(self, md: ModelDeployment) -> ProviderLookup:
-        return self.known_provider(provider_to_check(md) or "")
+        known = Known(
+            old=typed(current) if current is not None else None,
+            recorded_provider=current.status().get("provider", {}).get("name") if current is not None else None,
+            providers=self.known_provider,
+            allow_link_local=self.allow_link_local,
+        )
+        return (judge(doc, known) if current is not None else judged(first, known)), current
 
     def known_provider(self, name: str) -> ProviderLookup:
         """The named provider as the projection knows it (registered providers are events like any other).
@@ -225,15 +196,21 @@ class WatcherService(Service):
         config = stored("InferenceProviderConfig", name, "", state.spec)
         return ProviderLookup("found", spec=config.spec)  # type: ignore[attr-defined]
 
-    async def apply(self, doc: Any, *, dry_run: bool, registered: bool = False) -> tuple[Plan, Admission] | Refused:
+    async def apply(self, doc: Any, *, dry_run: bool, registered: bool = False) -> Applied | Refused:
         """Admit and record a manifest (`registered`: for a provider's self-registration, not a user)."""
         async with self._lock:
+            self._written = 0
             try:
-                return await self._guarded(lambda: self._apply_once(doc, dry_run, registered))
+                outcome = await self._guarded(lambda: self._apply_once(doc, dry_run, registered))
             except Conflict:
                 return Refused(
                     409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
                 )
+            written = self._written
+        if isinstance(outcome, Refused):
+            return outcome
+        done, verdict = outcome
+        return Applied(done.key, done.action, done.generation, done.previous_generation, done.expected_seq, list(verdict.warnings), written)
 
     async def _apply_once(self, doc: Any, dry_run: bool, registered: bool = False) -> tuple[Plan, Admission] | Refused:
         """One plan against the projection and its append; a Conflict when the facet moved on meanwhile."""
@@ -267,6 +244,7 @@ class WatcherService(Service):
         except EventTooLarge as exc:
             return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
         self.runner.fold(stored)
+        self._written = stored.seq
         await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
         return Plan(decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq), verdict
 
@@ -291,6 +269,7 @@ class WatcherService(Service):
         subject = key.subject(REPORTED)
         stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
         self.runner.fold(stored)
+        self._written = stored.seq
         return True
 
     async def delete(self, key: Key) -> Deleted:
@@ -302,35 +281,18 @@ class WatcherService(Service):
             if current is None:
                 return Deleted(key, False)
             event = ResourceDeleted(kind=key.kind, namespace=key.namespace, name=key.name)
-            runner.fold(await runner.store.append(key.subject(SPEC), event, expected_seq=current.resource_version))
-            return Deleted(key, True)
+            stored = await runner.store.append(key.subject(SPEC), event, expected_seq=current.resource_version)
+            runner.fold(stored)
+            return Deleted(key, True, stored.seq)
 
         async with self._lock:
             return await self._guarded(delete_once)
 
-    # --- alongside: the probe signals ------------------------------------------------------
-
-    async def follow_probes(self, runner: Runner) -> Any:
-        """The router's probe times, folded as they come (not events: a member's view shows its last probe)."""
-        decoder = msgspec.json.Decoder(ProbeSignal)
-
-        async def probed(msg: Any) -> None:
-            with contextlib.suppress(msgspec.DecodeError, ValueError):
-                signal = decoder.decode(msg.data)
-                self.state.probed(signal.subject, signal.at)
-
-        return await runner.nc.subscribe(PROBE_SIGNALS, cb=probed)
-
     async def alongside(self, runner: Runner) -> None:
         self.runner = runner
-        sub = await self.follow_probes(runner)
-        try:
-            if self.cluster is None:
-                await self._purging(runner)
-            elif self.leases is None:
-                await asyncio.gather(self.cluster.run(), self._purging(runner))
-            else:
-                await asyncio.gather(self.cluster.run(hold_all=False), self.leases.run(), self._purging(runner))
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        if self.cluster is None:
+            await self._purging(runner)
+        elif self.leases is None:
+            await asyncio.gather(self.cluster.run(), self._purging(runner))
+        else:
+            await asyncio.gather(self.cluster.run(hold_all=False), self.leases.run(), self._purging(runner))

@@ -1,8 +1,8 @@
 """Entry point: `python -m services.watcher` (see runtime/entry.py for the common environment).
 
-Standalone: the apply API. In a cluster: the list-then-watch ingest, status and finalizers, and the admission
-webhook over TLS with its certificate issued into a Secret, or mounted. Their settings: the `watcher` and
-`webhook` groups of runtime/settings.py (docs/settings.md).
+A cluster's watcher: the list-then-watch ingest, status and finalizers (in JETWAY_WATCH_NAMESPACE, default
+all), and the admission webhook over TLS with its certificate issued into a Secret, or mounted (the `webhook`
+settings of runtime/settings.py, docs/settings.md).
 `jetway up` builds the standalone objects in one process.
 """
 
@@ -107,26 +107,8 @@ async def ensure_certificate(kube: Kube, namespace: str, secret: str, service: s
 async def start(context: Context) -> list[Runnable]:
     allow_link_local = context.settings.dial.allow_link_local
     hooked = context.settings.webhook
-    if context.kube is None:
-        from services.watcher import api
-
-        token = context.settings.watcher.api_token
-        if not token:
-            raise SystemExit("JETWAY_API_TOKEN must be set: the apply API never runs without a token")
-        watcher = build(context.nc, allow_link_local=allow_link_local)
-
-        async def serve_api() -> Stop:
-            site, _ = await api.serve(
-                api.build_app(watcher.service, token),
-                context.settings.watcher.api_host,
-                context.settings.watcher.api_port,
-            )
-            return site.cleanup
-
-        context.after_ready.append(serve_api)
-        return [watcher.runner]
-
     kube = context.kube
+    assert kube is not None  # cluster_only: standalone, the watcher runs inside `jetway up`, beside the front door
     watcher = build(
         context.nc,
         allow_link_local=allow_link_local,
@@ -169,4 +151,4 @@ async def start(context: Context) -> list[Runnable]:
     return [watcher.runner]
 
 
-SERVICE = Declared(NAME, start, servers=("standalone: the apply API; in a cluster: the admission webhook",))
+SERVICE = Declared(NAME, start, servers=("the admission webhook: JETWAY_WEBHOOK_PORT",), cluster_only=True)

@@ -17,14 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from contracts.admission import admit
+from contracts.admission import Known, admit, judge
 from contracts.documents import DocumentError, load_json
 from contracts.kinds import KINDS
-from contracts.modeldeployment import ModelDeployment
-from contracts.rules import modeldeployment as md_rules
-from contracts.rules.provider import ProviderLookup, check_named_provider
+from contracts.rules.provider import ProviderLookup
 from runtime.kube import Kube, KubeError, NotFound
-from services.watcher.decide.apply import policy
 
 if TYPE_CHECKING:
     from services.watcher.handlers import WatcherService
@@ -68,17 +65,16 @@ def review(
     obj = request["object"]
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     previous = admit(_desired(old)).obj if isinstance(old, dict) else None
-    verdict = admit(_desired(obj), old=previous)
-    if verdict.obj is not None:
-        if not verdict.problems:  # the dial policy judges only what admission accepted (a malformed URL has no host)
-            verdict.problems += policy(verdict.obj, allow_link_local=allow_link_local)
-        if isinstance(verdict.obj, ModelDeployment) and isinstance(old, dict):
-            recorded = ((old.get("status") or {}).get("provider") or {}).get("name")
-            verdict.refuse(md_rules.check_provider_switch(recorded if isinstance(recorded, str) else None, verdict.obj))
-        if isinstance(verdict.obj, ModelDeployment) and provider is not None and not mutate:
-            problems, warnings = check_named_provider(verdict.obj, provider)
-            verdict.problems += problems
-            verdict.warnings += warnings
+    recorded = ((old.get("status") or {}).get("provider") or {}).get("name") if isinstance(old, dict) else None
+    # the mutating webhook only defaults: the named provider is the validating webhook's to judge
+    found = None if mutate or provider is None else provider
+    known = Known(
+        old=previous,
+        recorded_provider=recorded if isinstance(recorded, str) else None,
+        providers=None if found is None else (lambda _name: found),
+        allow_link_local=allow_link_local,
+    )
+    verdict = judge(_desired(obj), known)
     if verdict.warnings:
         response["warnings"] = list(verdict.warnings)
     if mutate:

@@ -67,3 +67,17 @@ def test_render_says_why_it_cannot(tmp_path: Path) -> None:
     assert result.returncode == 1 and 'spec.engine.type: Unsupported value: "tgi"' in result.stderr
     assert run_jetway("render").returncode == 2
     assert run_jetway("render", "-f", str(tmp_path / "missing.yaml")).returncode == 2
+
+
+def test_render_refuses_a_provider_it_was_not_given_as_admission_refuses_it(tmp_path: Path) -> None:
+    """With the providers known (the built-in ones, or --providers), an unknown `spec.provider.name` is refused with
+    admission's words and path, not rendered as if some provider had been chosen."""
+    named = tmp_path / "named.json"
+    named.write_text(json.dumps(changed(MD, {"spec.provider": {"name": "nowhere"}, "spec.engine.type": "vllm"})))
+    result = run_jetway("render", "-f", str(named))
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.strip() == f'{named}: ModelDeployment/qwen: spec.provider.name: InferenceProviderConfig "nowhere" not found'
+    assert result.stdout == ""
+    known = tmp_path / "known.json"
+    known.write_text(json.dumps(changed(MD, {"spec.provider": {"name": "vllm"}, "spec.engine.type": "vllm"})))
+    assert run_jetway("render", "-f", str(known)).returncode == 0

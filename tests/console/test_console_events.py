@@ -12,7 +12,7 @@ import pytest
 from runtime.service import Runner, RunnerSettings
 from runtime.snapshots import SnapshotSettings
 from services.console.events import EventIndex
-from services.watcher.handlers import WatcherService
+from services.console.handlers import ConsoleService
 from testbed.waiting import eventually
 from tests.contracts.cases import IPC, MD, changed
 from tests.support.stack import Stack
@@ -86,10 +86,10 @@ async def test_past_the_index_bound_an_id_is_found_by_a_bounded_scan_of_the_stre
     await stack.apply(MD)
     applied = (await events_of(stack, "md", "qwen"))[0]
     # an index that holds two ids only, fed from here on: the spec applied above is not among them
-    stack.watcher.service.event_index = EventIndex(bound=2)
+    stack.front.index = EventIndex(bound=2)
     for replicas in (2, 3, 4):
         await stack.apply(changed(MD, {"spec.scaling": {"replicas": replicas}}))
-    assert stack.watcher.service.event_index.get(applied["id"]) is None
+    assert stack.front.index.get(applied["id"]) is None
     last = (await events_of(stack, "md", "qwen"))[-1]
     status, where = await stack.get(f"/v1/console/events/{applied['id']}?before={last['seq']}")
     assert status == 200, where
@@ -102,12 +102,12 @@ async def test_past_the_index_bound_an_id_is_found_by_a_bounded_scan_of_the_stre
 async def test_the_index_is_fed_by_the_rebuild_at_start_up(stack: Stack) -> None:
     await stack.apply(MD)
     applied = (await events_of(stack, "md", "qwen"))[0]
-    # a second watcher projection, rebuilt from the stream as a restarted `jetway up` (or the cluster console) does
-    service = WatcherService()
+    # a second console service, rebuilt from the stream as a restarted `jetway up` (or the cluster console) does
+    service = ConsoleService()
     runner = Runner(service, stack.watcher.runner.nc, RunnerSettings(snapshots=SnapshotSettings(enabled=False)))
     await runner.rebuild()
-    assert service.event_index.get(applied["id"]) == applied["seq"]
-    assert 0 < len(service.event_index) <= runner.replayed, "every event replayed is indexed (but an unreadable one)"
+    assert service.index.get(applied["id"]) == applied["seq"]
+    assert 0 < len(service.index) <= runner.replayed, "every event replayed is indexed (but an unreadable one)"
 
 
 async def test_an_event_the_stream_no_longer_stores_is_said_to_be_gone(stack: Stack) -> None:
@@ -118,7 +118,7 @@ async def test_an_event_the_stream_no_longer_stores_is_said_to_be_gone(stack: St
     first = (await events_of(stack, "md", "qwen"))[0]
     for index in range(per_facet):  # a label each time: a new spec event, the oldest of the facet trimmed
         await stack.apply(changed(MD, {"metadata.labels": {"try": str(index)}}))
-    assert stack.watcher.service.event_index.get(first["id"]) == first["seq"], "the index still points at it"
+    assert stack.front.index.get(first["id"]) == first["seq"], "the index still points at it"
     status, body = await stack.get(f"/v1/console/events/{first['id']}")
     assert status == 404 and body["code"] == "gone" and "no longer stored" in body["error"], body
-    assert stack.watcher.service.event_index.get(first["id"]) is None, "and forgets it"
+    assert stack.front.index.get(first["id"]) is None, "and forgets it"

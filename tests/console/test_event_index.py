@@ -12,7 +12,7 @@ from contracts.events import Envelope, ResourceApplied
 from contracts.subjects import Key
 from services.console import events
 from services.console.events import EventIndex, Found, Missing
-from services.watcher.handlers import WatcherService
+from services.console.handlers import ConsoleService
 
 MD = Key("ModelDeployment", "default", "qwen")
 IPC = Key("InferenceProviderConfig", "", "acme")
@@ -66,12 +66,12 @@ def test_an_id_the_index_lacks_is_looked_for_just_before_what_names_it_and_befor
     assert index.window(500, 2_000, bound=100) == (400, 499)
 
 
-def test_the_watcher_feeds_the_index_as_it_folds() -> None:
-    """`WatcherService.fold` is what the runner calls for every event, on the rebuild at start-up and after it."""
-    watcher = WatcherService()
-    watcher.fold(applied(MD, "spec-1", 3))
-    assert watcher.event_index.get("spec-1") == 3
-    assert MD in watcher.state.resources.items
+def test_the_console_feeds_the_index_as_it_folds() -> None:
+    """`ConsoleService.fold` is what the runner calls for every event, on the rebuild at start-up and after it."""
+    console = ConsoleService()
+    console.fold(applied(MD, "spec-1", 3))
+    assert console.index.get("spec-1") == 3
+    assert MD in console.state.resources.items
 
 
 @pytest.mark.parametrize("text", ["", "../x", "a b", "a/b", "x" * 129, "-leading", "é"])

@@ -46,3 +46,15 @@ async def test_a_service_started_before_nats_waits_for_it(tmp_path: Path) -> Non
             process.terminate()
             await asyncio.wait_for(process.wait(), 30)
         server.stop()
+
+
+async def test_the_watcher_as_a_process_outside_a_cluster_says_jetway_up_runs_it() -> None:
+    """Standalone, the watcher records for the front door in `jetway up`'s process: a lone watcher process has no
+    front door, so it stops at once with a sentence (and no traceback) rather than run with nothing to serve."""
+    env = {**os.environ, "JETWAY_MODE": "standalone", "JETWAY_NATS_URL": f"nats://127.0.0.1:{free_port()}"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.watcher", cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    assert err.decode().strip() == "watcher: runs in a cluster only (JETWAY_MODE=cluster); standalone, `jetway up` runs it"

@@ -3,9 +3,9 @@ restart, another replica), knows what the one that ran knew, on a real NATS serv
 
 - selector: the rules of a provider that failed to evaluate (its `SelectionRulesValid=False`) are folded
   from the stream, so the fresh instance's start-up pass does not report them valid again;
-- watcher: resources and what was observed of their objects are the same; probe times, a cache fed by the
-  gateway's signals (services/watcher/projection.py), are refilled within a probe interval, and forgotten
-  with the member;
+- watcher: resources and what was observed of their objects are the same;
+- console: probe times, a cache fed by the router's signals (services/console/projection.py), are refilled
+  within a probe interval, and forgotten with the member, and a member's view is the same;
 - gateway: members and their recorded health are the same, and it routes to the same members (the
   traffic counters are per process: services/router/projection.py)."""
 
@@ -22,6 +22,7 @@ from runtime.bus import EVENTS_STREAM, connect, ensure_streams
 from runtime.eventstore import EventStore
 from runtime.resources import Resources
 from runtime.service import Runner
+from services.console.handlers import ConsoleService
 from services.router import main as router_main
 from services.router import policy
 from services.router.projection import Members
@@ -100,15 +101,9 @@ def facts(resources: Resources) -> dict[Key, tuple[object, ...]]:
     }
 
 
-async def test_a_watcher_taking_over_has_the_same_resources_and_observations_and_refills_probe_times(
-    nats: NatsEndpoint, tmp_path: Path
-) -> None:
+async def test_a_watcher_taking_over_has_the_same_resources_and_observations(nats: NatsEndpoint, tmp_path: Path) -> None:
     async with running_stack(nats.url, tmp_path) as stack:
-        status, body = await stack.apply(changed(MEMBER, ECHO))
-        assert status == 201, body
-        member = Key("InferencePoolMember", "", "gpu-a")
         first = stack.watcher.service
-        await eventually(lambda: member.subject() in first.state.probed_at, timeout=15, message="the first watcher got a probe signal")
         # what the cluster showed of a deployment's objects, its deletion, then its objects garbage-collected
         store = EventStore(stack.watcher.runner.nc, producer="watcher")
         md = Key("ModelDeployment", "default", "qwen")
@@ -132,23 +127,49 @@ async def test_a_watcher_taking_over_has_the_same_resources_and_observations_and
             state = second.service.state
             assert facts(state.resources) == facts(first.state.resources)
             assert state.observed == first.state.observed
+            # the hand-over: the first stops consuming, the replica takes the events
+            stack.watcher.runner.stop()
+            await store.append(
+                keep.subject(OBSERVED), ObjectObserved(api_version="v1", object_kind="Service", object_name="kept", exists=False)
+            )
+            await eventually(lambda: (keep, "Service", "kept") not in state.observed, timeout=15, message="the replica folded it")
+        finally:
+            second.runner.stop()
+            await asyncio.wait_for(running, 20)
+            await nc.close()
+
+
+async def test_a_console_replica_refills_probe_times_and_forgets_them_with_the_member(nats: NatsEndpoint, tmp_path: Path) -> None:
+    async with running_stack(nats.url, tmp_path) as stack:
+        status, body = await stack.apply(changed(MEMBER, ECHO))
+        assert status == 201, body
+        member = Key("InferencePoolMember", "", "gpu-a")
+        first = stack.front.state
+        await eventually(lambda: member.subject() in first.probed_at, timeout=15, message="the first console got a probe signal")
+
+        nc = await connect(nats.url, name="replica")
+        second = ConsoleService()
+        runner = Runner(second, nc, SETTINGS)
+        running = asyncio.create_task(runner.run())
+        try:
+            await asyncio.wait_for(runner.ready.wait(), 20)
+            state = second.state
+            assert facts(state.resources) == facts(first.resources)
 
             def same_probe_time() -> bool:
-                return state.probed_at.get(member.subject()) == first.state.probed_at.get(member.subject()) is not None
+                return state.probed_at.get(member.subject()) == first.probed_at.get(member.subject()) is not None
 
             await eventually(same_probe_time, timeout=15, message="the replica got the next probe signal")
-            assert state.status_view(state.resources.items[member]) == first.state.status_view(first.state.resources.items[member])
+            assert state.status_view(state.resources.items[member]) == first.status_view(first.resources.items[member])
 
-            # the hand-over: the first stops consuming (its apply API still answers), the replica takes the events
-            stack.watcher.runner.stop()
             assert (await stack.delete("/v1/kinds/ipm/gpu-a"))[0] == 200
             await eventually(lambda: member not in state.resources.items, timeout=15, message="the replica folded the deletion")
             gateway = stack.router.runner
             ticks = gateway.passes
             await eventually(lambda: gateway.passes >= ticks + 2, timeout=15, message="two more probe ticks")
-            assert member.subject() not in state.probed_at and member.subject() not in first.state.probed_at
+            assert member.subject() not in state.probed_at and member.subject() not in first.probed_at
         finally:
-            second.runner.stop()
+            runner.stop()
             await asyncio.wait_for(running, 20)
             await nc.close()
 

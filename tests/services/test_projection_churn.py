@@ -1,5 +1,5 @@
 """Projections forget what is gone: 10,000 create → delete cycles of deployments, provider configs, pool
-members and Gateways, folded as real envelopes into the watcher, selector, router and gateway
+members and Gateways, folded as real envelopes into the watcher, console, selector, router and gateway
 services (each given only the subjects it consumes, as its runner does), leave every projection as
 large as it was before them, counted over every dict, list and set in it, at any depth."""
 
@@ -22,6 +22,7 @@ from contracts.subjects import GATEWAY, ROUTER, SELECTOR, SPEC, WORKLOAD, Key, f
 from runtime.kube import Kube
 from runtime.secrets import FileSecrets
 from runtime.service import Service
+from services.console.handlers import ConsoleService
 from services.gateway.handlers import GatewayService
 from services.router.handlers import RouterService
 from services.router.probe import Prober
@@ -50,9 +51,11 @@ class Folding:
 
     def __init__(self, tmp_path: Path) -> None:
         self.watcher = WatcherService()
+        self.console = ConsoleService()
         self.prober = Prober(pool=UpstreamPool(), secrets=FileSecrets(tmp_path))
         self.services: list[Service] = [
             self.watcher,
+            self.console,
             SelectorService(),
             RouterService(self.prober),
             GatewayService(Kube.at("https://127.0.0.1:9")),  # never called: folding needs no API server
@@ -108,9 +111,9 @@ def cycle(fold: Folding, n: int) -> None:
     member = Key("InferencePoolMember", "", f"m{n}")
     fold(member, applied(member, {**MEMBER["spec"], "backend": "echo", "url": ""}))
     fold(member, MemberHealthChanged(generation=1, healthy=True, advertised=("qwen",)), ROUTER)
-    fold.watcher.state.probed(member.subject(), datetime.now(UTC))  # the gateway's probe signal
+    fold.console.state.probed(member.subject(), datetime.now(UTC))  # the gateway's probe signal
     fold(member, deleted(member))
-    fold.watcher.state.probed(member.subject(), datetime.now(UTC))  # a last probe's signal, after the deletion
+    fold.console.state.probed(member.subject(), datetime.now(UTC))  # a last probe's signal, after the deletion
 
     gateway = Key("Gateway", "infra", f"gw{n}")
     fold(gateway, ObjectObserved(api_version="gateway.networking.k8s.io/v1", object_kind="Gateway", object_name=gateway.name), OBSERVED)
@@ -125,7 +128,7 @@ async def test_ten_thousand_create_delete_cycles_leave_the_watcher_selector_and_
     standing = Key("InferenceProviderConfig", "", "acme")  # one that stays: the sizes are not only of empty projections
     fold(standing, applied(standing, IPC["spec"]))
     before = fold.sizes()
-    assert before["selector"] and before["watcher"] and before["gateway"], before
+    assert before["selector"] and before["watcher"] and before["console"] and before["gateway"], before
     cycle(fold, 0)
     assert fold.sizes() == before, "one cycle left something behind"
     for n in range(1, CYCLES):

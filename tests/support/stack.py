@@ -21,10 +21,12 @@ from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
 from services import pipeline
 from services.binding.handlers import BindingService
+from services.console import api
+from services.console.handlers import ConsoleService
 from services.console.web import Console
 from services.router import main as router_main
 from services.router import protocol
-from services.watcher import api
+from services.router.metrics import RECORDER
 from services.watcher import main as watcher_main
 from tests.contracts.cases import MD, changed
 
@@ -41,6 +43,7 @@ class Stack:
     watcher: watcher_main.Watcher
     router: router_main.Router
     http: aiohttp.ClientSession
+    front: ConsoleService  # the front door's own fold (what the API reads: views, the event index, probe times)
     console: Console | None = None  # the web console's logins and router relay (services/console)
 
     async def apply(
@@ -137,22 +140,26 @@ async def running_stack(
     store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, settings=settings)
     router = router_main.build(nc, store, probe_interval=probe_interval, settings=settings)
-    tasks = [asyncio.create_task(watcher.runner.run()), asyncio.create_task(router.runner.run())]
-    await asyncio.wait_for(asyncio.gather(watcher.runner.ready.wait(), router.runner.ready.wait()), 20)
     token = secrets.token_urlsafe(16)
-    console = Console()
-    api_runner, api_port = await api.serve(api.build_app(watcher.service, token, console), "127.0.0.1", 0)
+    console = Console(recorder=RECORDER)
+    door = api.standalone(nc, watcher.service, token, console, settings)
+    runners = [watcher.runner, door.runner, router.runner]
+    tasks = [asyncio.create_task(r.run()) for r in runners]
+    await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), 20)
+    api_runner, api_port = await api.serve(door.app, "127.0.0.1", 0)
     router_server, router_port = await protocol.serve(router.routes, "127.0.0.1", 0)
     console.router_url = f"http://127.0.0.1:{router_port}/v1"
     http = aiohttp.ClientSession()
     try:
-        yield Stack(f"http://127.0.0.1:{api_port}", console.router_url, token, nats_url, store, watcher, router, http, console)
+        yield Stack(
+            f"http://127.0.0.1:{api_port}", console.router_url, token, nats_url, store, watcher, router, http, door.service, console
+        )
     finally:
         await http.close()
         router_server.close()
         await api_runner.cleanup()
-        watcher.runner.stop()
-        router.runner.stop()
+        for runner in runners:
+            runner.stop()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
         router.routes.pool.close()
         await nc.close()

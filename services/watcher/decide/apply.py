@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from contracts import kinds
 from contracts.events import ResourceApplied
+from contracts.frontdoor import Action
 from contracts.meta import WireModel
-from contracts.poolmember import InferencePoolMember
-from contracts.problems import Problem
-from contracts.rules.urls import refused_address, url_host
 from contracts.subjects import Key
 from runtime.resources import ResourceState
-
-Action = Literal["created", "configured", "unchanged", "would_create", "would_update"]
 
 
 @dataclass(frozen=True)
@@ -102,12 +98,3 @@ def plan(obj: WireModel, current: ResourceState | None, *, requested_version: st
         None if dry_run else event,
         current.resource_version,
     )
-
-
-def policy(obj: WireModel, *, allow_link_local: bool) -> list[Problem]:
-    """Apply-time policy beyond the contract: addresses Jetway refuses to dial."""
-    if isinstance(obj, InferencePoolMember) and obj.spec.url:
-        why = refused_address(url_host(obj.spec.url), allow_link_local=allow_link_local)
-        if why:
-            return [Problem(path="spec.url", message=f"{why}; Jetway does not dial it unless started with --allow-link-local")]
-    return []

@@ -11,15 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts import kinds
-from contracts.admission import admit
+from contracts.admission import Known, judge
 from contracts.cluster import DeletionRequested, ObjectObserved, summarize
 from contracts.events import Event, ResourceApplied
 from contracts.kinds import KINDS
 from contracts.meta import WireModel
-from contracts.modeldeployment import ModelDeployment
 from contracts.objects import APP_MANAGED_BY, CONTROLLER
 from contracts.problems import Problem
-from contracts.rules import modeldeployment as md_rules
 from contracts.subjects import Key
 from runtime.resources import ResourceState
 
@@ -77,9 +75,11 @@ def desired(obj: dict[str, Any], current: ResourceState | None) -> Event | Rejec
         },
         "spec": obj.get("spec") or {},
     }
-    verdict = admit(doc, old=typed(current)) if current is not None else admit(doc)
-    if isinstance(verdict.obj, ModelDeployment) and current is not None:
-        verdict.refuse(md_rules.check_provider_switch(current.status().get("provider", {}).get("name"), verdict.obj))
+    # what the webhook judged already, less what it knew and this cannot (the providers as the API server had them)
+    known = Known()
+    if current is not None:
+        known = Known(old=typed(current), recorded_provider=current.status().get("provider", {}).get("name"))
+    verdict = judge(doc, known)
     if not verdict.ok or verdict.obj is None:
         return Rejected(key, verdict.problems)
     wire = verdict.obj.wire()
