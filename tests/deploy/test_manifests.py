@@ -22,6 +22,7 @@ from contracts.natsauth import SECRET_NAME, new_password, render_authorization
 from contracts.natsauth import SERVICES as NATS_USERS
 from contracts.providerconfig import InferenceProviderConfigSpec
 from contracts.subjects import Key
+from runtime import settings
 from runtime.natsserver import nats_server_binary
 from services.binding import render as agent_render
 from services.gateway import decide
@@ -96,6 +97,23 @@ def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[d
     assert env["JETWAY_ROUTER_CLIENT_KEYS"] == "required"
     assert env["JETWAY_CLIENT_KEYS_FILE"] == "/var/run/jetway/client-keys/client-keys" == keys.MOUNTED_FILE
     assert "member-secrets" not in str(deployments["jetway-gateway"])
+
+
+def test_no_service_link_variable_can_pass_for_a_jetway_setting(objects: list[dict[str, Any]]) -> None:
+    """Kubernetes gives a pod `<SERVICE>_PORT=tcp://IP:PORT` (and more) for every Service of its namespace unless
+    `enableServiceLinks: false`. A Service named jetway-router makes JETWAY_ROUTER_PORT, which runtime/settings.py
+    reads as the router's port: every pod crash-looped on the first real node with the settings tree. So no pod of
+    Jetway's takes service links while any such variable is a declared setting."""
+    declared = {leaf.env for _, leaf in settings.declared()}
+    links = set()
+    for name, service in of_kind(objects, "Service").items():
+        prefix = name.upper().replace("-", "_")
+        links |= {f"{prefix}_PORT", f"{prefix}_SERVICE_HOST", f"{prefix}_SERVICE_PORT"}
+        for port in service["spec"]["ports"]:
+            links.add(f"{prefix}_PORT_{port['port']}_{port.get('protocol', 'TCP')}")
+    assert links & declared >= {"JETWAY_ROUTER_PORT", "JETWAY_WEBHOOK_PORT"}, "the collision this guards against"
+    for name, deployment in of_kind(objects, "Deployment").items():
+        assert deployment["spec"]["template"]["spec"]["enableServiceLinks"] is False, name
 
 
 def test_nats_keeps_its_events_on_a_volume_and_syncs_every_write(objects: list[dict[str, Any]]) -> None:

@@ -79,6 +79,20 @@ def image_overlay(cluster: NodeCluster, folder: Path) -> Path:
     return folder
 
 
+def crashes(cluster: NodeCluster) -> str:
+    """What the first container that restarted said before it ended, per Deployment: why an install did not come up."""
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", "jetway-system", "-o", "json", check=False).stdout or "{}")
+    said, seen = [], set()
+    for pod in pods.get("items", []):
+        owner = pod["metadata"]["name"].rsplit("-", 2)[0]
+        restarted = any(s.get("restartCount", 0) for s in pod.get("status", {}).get("containerStatuses", []))
+        if restarted and owner not in seen:
+            seen.add(owner)
+            logs = cluster.kubectl("logs", "-n", "jetway-system", pod["metadata"]["name"], "--previous", "--tail", "15", check=False)
+            said.append(f"--- {pod['metadata']['name']}, before its last restart:\n{(logs.stdout + logs.stderr)[-1500:]}")
+    return "\n" + "\n".join(said) if said else ""
+
+
 def run_documented(cluster: NodeCluster, installation: Installation) -> None:
     for command in documented_install():
         if command.startswith("docker build"):
@@ -101,7 +115,9 @@ def run_documented(cluster: NodeCluster, installation: Installation) -> None:
         )
         if done.returncode != 0:
             state = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
-            raise AssertionError(f"{command!r} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}\n{state}")
+            raise AssertionError(
+                f"{command!r} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}\n{state}{crashes(cluster)}"
+            )
         found = re.search(r"key me: (jw-\S+)", done.stderr)
         if found:
             installation.client_key = found.group(1)
