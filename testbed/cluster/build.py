@@ -64,7 +64,8 @@ def _go_version(go: str) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Held by one process of the machine at a time (a build's cache entry: another pytest may build it too)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -163,7 +164,7 @@ class GoBuild:
             raise BuildFailed(f"Go is not installed: the {self.what} is built from Go modules (install Go 1.26 or newer)")
         key = self.cache_key(_go_version(go))
         folder = self.cache_root() / key
-        with _locked(self.cache_root() / f"{key}.lock"):
+        with locked(self.cache_root() / f"{key}.lock"):
             found = self.cached_bin_dir()
             if found is not None:
                 return found

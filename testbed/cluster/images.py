@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import configparser
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -28,9 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from testbed.cluster.build import locked
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = Path(__file__).resolve().parent / "images"
@@ -99,17 +100,6 @@ def _tree_hash(root: Path, files: list[Path]) -> list[bytes]:
     return [str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() for p in files]
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _pip_settings(folder: Path) -> list[str]:
     """buildah volume flags that give a build's pip this machine's index and CA settings, for the build only."""
     settings = configparser.ConfigParser()
@@ -153,7 +143,7 @@ class ImageBuilder:
         return found.returncode == 0
 
     def _build(self, image: Image, dockerfile: Path, context: Path, args: dict[str, str], ignorefile: Path | None = None) -> Image:
-        with _locked(self.store / f"{image.name}.lock"):
+        with locked(self.store / f"{image.name}.lock"):
             if self.exists(image):
                 return image
             started = time.monotonic()
