@@ -675,7 +675,8 @@ def test_the_tilt_stack_builds_applies_and_live_updates(node: NodeCluster, insta
     )
     assert synced.returncode == 0, synced.stderr.decode()[-2000:]
     wait_for(lambda: "sources changed: restarting" in node.kubectl("-n", SYSTEM, "logs", target).stdout, 60, "the service restarting")
-    pods.wait_ready(node, SYSTEM, "app.kubernetes.io/name=jetway-selector")
+    # the pod the file went into, Ready again (not every pod of the label: the rollout's old ones may still be draining)
+    node.kubectl("-n", SYSTEM, "wait", "--for=condition=Ready", f"pod/{target}", "--timeout=180s", timeout=210)
     running = pods.python_in(node, SYSTEM, target, "import services.selector as s; print(s.LIVE_UPDATE_MARK)")
     assert (
         running.stdout.strip() == repr(mark.split(" = ")[1].strip()).strip("'\"")
