@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 
 from nats.aio.client import Client
@@ -57,11 +56,7 @@ async def providers_known(runners: list[Runner], *, timeout: float = 10.0) -> bo
     The workload asks for their registration and the watcher records it, a round trip after every runner is
     ready; a deployment applied before it ends would be chosen among the providers known so far (found: a test
     applying at once got `vllm` where `dynamo` ranks first). `jetway up` and the test stack wait for this before
-    taking applies; False (go on anyway) when a user's own configs stand in the built-ins' place."""
+    taking applies; the selector's fold says when (`SelectorService.knows`). False (go on anyway) when a user's
+    own configs stand in the built-ins' place."""
     selector = next(r.service for r in runners if isinstance(r.service, SelectorService))
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not set(BUILTIN) <= set(selector.state.providers):
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.02)  # a few folds away; nothing to be told by
-    return True
+    return await selector.knows(BUILTIN, timeout)

@@ -5,6 +5,7 @@ comes back, as the workload service re-creates it in a cluster."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,10 +16,12 @@ from contracts.subjects import Key, facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
-from services.workload.providers import builtin_configs
+from services import pipeline
+from services.selector.handlers import SelectorService
+from services.workload.providers import BUILTIN, builtin_configs
 from testbed.waiting import eventually
 from tests.contracts.cases import changed
-from tests.support.stack import Stack, running_pipeline
+from tests.support.stack import SETTINGS, Stack, running_pipeline
 
 VLLM = Key("InferenceProviderConfig", "", "vllm")
 
@@ -100,3 +103,29 @@ async def test_a_registered_config_from_an_older_release_is_upgraded(stack: Stac
         return found is not None and found["metadata"].get("annotations") == builtin("vllm")["metadata"].get("annotations")
 
     await eventually(upgraded, timeout=30, message="the registered config upgraded to this release's")
+
+
+async def test_start_up_goes_on_once_the_selector_has_folded_every_built_in_provider(stack: Stack) -> None:
+    """`jetway up` opens its API when `providers_known` answers: by then the selector must know every built-in
+    provider, or a first apply is chosen among some of them. The wait begins before the services run (nothing
+    known) and is answered by the selector's fold, not found by a poll."""
+    nc = await connect(stack.nats_url, name="pipeline")
+    runners = pipeline.build(nc, settings=SETTINGS)
+    selector = runners[0].service
+    assert isinstance(selector, SelectorService) and not selector.state.providers
+    known = asyncio.create_task(pipeline.providers_known(runners, timeout=30))
+    tasks = [asyncio.create_task(r.run()) for r in runners]
+    try:
+        assert await known
+        assert set(BUILTIN) <= selector.state.providers.keys()  # no await between: known when it answered
+    finally:
+        for runner in runners:
+            runner.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await nc.close()
+
+
+async def test_a_provider_never_folded_lets_the_wait_end_after_its_timeout() -> None:
+    """A user's own configs standing in the built-ins' place: start-up goes on (False) after the timeout."""
+    selector = SelectorService()
+    assert not await selector.knows({"someone-elses"}, timeout=0.05)
