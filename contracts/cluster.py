@@ -29,7 +29,8 @@ class DeletionRequested(Event, frozen=True, tag="DeletionRequested.v1"):
 class ObjectObserved(Event, frozen=True, tag="ObjectObserved.v1"):
     """An object Jetway owns (or reads, like a Gateway) changed in the cluster.
 
-    Recorded on its owner's key, facet `observed` (a Gateway on its own key)."""
+    Recorded on its owner's key, facet `observed` (a Gateway, and an InferencePool no resource of Jetway's owns: a
+    provider's own, which the gateway routes to, on its own key)."""
 
     api_version: str = ""
     object_kind: str = ""

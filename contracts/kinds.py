@@ -109,8 +109,8 @@ def resolve_kind(reference: str) -> KindInfo | None:
     return None
 
 
-# Keys of what the cluster tells Jetway about, beyond its own kinds (Kubernetes mode).
-OBSERVED_KINDS = ("Cluster", "Gateway")
+# Keys of what the cluster tells Jetway about, beyond its own kinds (Kubernetes mode): a provider's own InferencePool too.
+OBSERVED_KINDS = ("Cluster", "Gateway", "InferencePool")
 _BY_TOKEN = {info.token: info.kind for info in KINDS.values()} | {kind.lower(): kind for kind in OBSERVED_KINDS}
 
 

@@ -101,7 +101,7 @@ SERVICES: tuple[ServiceUser, ...] = (
             Writes(SPEC, JETWAY_KINDS),  # ingest and the standalone apply API
             Writes(WATCHER, (*JETWAY_KINDS, "Cluster")),  # refusals; discovery (Cluster/discovery)
             Writes(REPORTED, PROVIDER_CONFIGS),  # a provider's own status
-            Writes(OBSERVED, (*OWNERS, "Gateway")),  # owned objects on their owner; Gateways on themselves
+            Writes(OBSERVED, (*OWNERS, "Gateway", "InferencePool")),  # owned objects on their owner; the rest on themselves
         ),
         # a deleted resource's history, after the grace period (runtime/bus.py). The residual: the purge's filter is
         # in the request's body, so this right would let a compromised watcher purge any subject of the log.

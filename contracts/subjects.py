@@ -3,7 +3,8 @@
     jetway.evt.<partition>.<kind>.<namespace>.<name>.<facet>
 
 `partition` places a resource for services that scale out (runtime/leases.py, docs/partitioning.md):
-`g` for the cluster-wide inputs every replica needs (provider configs, Gateways, discovery), else one
+`g` for the cluster-wide inputs every replica needs (provider configs, Gateways, a provider's own
+InferencePools, discovery), else one
 of `PARTITIONS` numbers, a stable hash of the namespace (of the name for a cluster-scoped resource),
 so a ModelDeployment, its facets and the AgentDeployments beside it share one. It is the first token
 so that a partition's events are one literal-prefix filter (`jetway.evt.7.>`), which JetStream
@@ -46,7 +47,9 @@ NO_NAMESPACE = "_"
 # decisions about them.
 PARTITIONS = 16
 GLOBAL = "g"
-GLOBAL_KINDS = frozenset({"InferenceProviderConfig", "AgentProviderConfig", "Gateway", "Cluster"})
+# an InferencePool here is a provider's own (Jetway's are observed on their deployment): its namespace need not be
+# the deployment's, so every shard folds it, as it folds Gateways
+GLOBAL_KINDS = frozenset({"InferenceProviderConfig", "AgentProviderConfig", "Gateway", "InferencePool", "Cluster"})
 ALL_PARTITIONS = (GLOBAL, *(str(n) for n in range(PARTITIONS)))
 _SAFE = re.compile(rb"[A-Za-z0-9-]")
 _ESCAPE = re.compile(r"_([0-9A-F]{2})")

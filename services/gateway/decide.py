@@ -3,14 +3,16 @@
 When the deployment runs and gateway integration is on (`spec.gateway.enabled`, by default
 whenever InferencePools and HTTPRoutes are served): an InferencePool selecting its pods with
 its endpoint picker, or the provider's own pool when its capabilities say
-`managesInferencePool` (with a ReferenceGrant when that pool lives in another namespace); an
-HTTPRoute from the chosen Gateway, matching the model name header, unless the user brought
-their own; and `GatewayReady` with `status.gateway`. In a cluster a running deployment also
+`managesInferencePool` (waited for until the watcher has seen it, `Inputs.pools`, with a
+ReferenceGrant when that pool lives in another namespace); an HTTPRoute from the chosen
+Gateway, matching the model name header, unless the user brought their own; and
+`GatewayReady` with `status.gateway`. In a cluster a running deployment also
 becomes a member of Jetway's own router, whatever the Gateway API says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +64,7 @@ class Inputs:
     cluster: bool = True
     epp_image: str = DEFAULT_EPP_IMAGE
     api_formats: tuple[str, ...] = ()  # what the provider's engine speaks (its effective apiFormats); () unknown
+    pools: Collection[str] = ()  # "namespace/name" of the providers' own InferencePools the watcher saw exist
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Write:
 class Plan:
     decision: GatewayReconciled
     writes: list[Write] = field(default_factory=list)
-    provider_pool: tuple[str, str] | None = None  # (namespace, name) that must exist first
+    provider_pool: tuple[str, str] | None = None  # (namespace, name) of the provider's own pool it routes to
     gateway: GatewayView | None = None  # the chosen Gateway (for allowedRoutes)
     member: dict[str, Any] | None = None  # Jetway's router member for the deployment
 
@@ -120,6 +123,16 @@ def decision(
 
 def _substitute(pattern: str | None, key: Key, default: str) -> str:
     return (pattern or default).replace("{name}", key.name).replace("{namespace}", key.namespace)
+
+
+def provider_pool(key: Key, capability: EngineGateway | None) -> tuple[str, str] | None:
+    """(namespace, name) of the provider's own InferencePool the deployment routes to, if the provider manages it."""
+    if capability is None or not capability.managesInferencePool:
+        return None
+    return (
+        _substitute(capability.inferencePoolNamespace, key, key.namespace),
+        _substitute(capability.inferencePoolNamePattern, key, key.name),
+    )
 
 
 def _labels(key: Key) -> dict[str, str]:
@@ -329,13 +342,12 @@ def plan(inputs: Inputs) -> Plan | None:
     capability = inputs.capability
     name = model_name(md, capability)
     writes: list[Write] = []
-    provider_pool = None
-    if capability is not None and capability.managesInferencePool:
-        pool = (
-            _substitute(capability.inferencePoolNamespace, inputs.key, inputs.key.namespace),
-            _substitute(capability.inferencePoolNamePattern, inputs.key, inputs.key.name),
-        )
-        provider_pool = pool
+    providers = provider_pool(inputs.key, capability)
+    if providers is not None:
+        pool = providers
+        if f"{pool[0]}/{pool[1]}" not in inputs.pools:  # the provider makes it once the workload runs: wait for it
+            message = f"waiting for the provider's InferencePool {pool[0]}/{pool[1]}: it does not exist yet"
+            return Plan(decision(inputs, False, "InferencePoolFailed", message, gateway=chosen), provider_pool=pool, gateway=chosen)
         if pool[0] != inputs.key.namespace:
             writes.append(Write("InferencePoolFailed", [reference_grant(inputs, pool)]))
     else:
@@ -354,16 +366,14 @@ def plan(inputs: Inputs) -> Plan | None:
     }
     objects = [o for w in writes for o in w.objects] + members
     message = (
-        "InferencePool and HTTPRoute created"
-        if not provider_pool
-        else f"HTTPRoute to the provider's InferencePool {pool[0]}/{pool[1]} created"
+        "InferencePool and HTTPRoute created" if not providers else f"HTTPRoute to the provider's InferencePool {pool[0]}/{pool[1]} created"
     )
     if md.spec.gateway and md.spec.gateway.httpRouteRef:
         message = f"InferencePool ready for the user's HTTPRoute {md.spec.gateway.httpRouteRef}"
     return Plan(
         decision(inputs, True, "GatewayConfigured", message, gateway=chosen, objects=objects, fields=fields),
         writes,
-        provider_pool,
+        providers,
         chosen,
         router_member,
     )

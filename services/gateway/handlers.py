@@ -45,6 +45,7 @@ class GatewayService(Service):
         kind_filter("ModelDeployment", SELF),
         kind_filter("InferenceProviderConfig"),
         kind_filter("Gateway", OBSERVED),
+        kind_filter("InferencePool", OBSERVED),  # the providers' own pools, which a deployment may route to
         DISCOVERY.subject(WATCHER),
     )
     everywhere = (kind_filter("ModelDeployment", SELF),)  # every deployment's routing, for the Gateways' admission
@@ -80,6 +81,9 @@ class GatewayService(Service):
             return [k for k in self.state.routed_through(f"{key.namespace}/{key.name}") if k in self.state.deployments]
         if key.kind == "Gateway":
             return [key, *self.state.deployments]
+        if key.kind == "InferencePool":  # a provider's pool came or went: the deployments routing to it
+            pool = (key.namespace, key.name)
+            return [k for k, d in self.state.deployments.items() if decide.provider_pool(k, self._capability(d)) == pool]
         return list(self.state.deployments)  # a provider, the APIs served: any deployment may route differently
 
     def keys(self) -> Iterable[Key]:
@@ -125,6 +129,7 @@ class GatewayService(Service):
             True,
             self.epp_image,
             tuple(engine.effective_api_formats()) if (engine := self._engine(d)) else (),
+            self.state.pools.keys(),
         )
         plan = decide.plan(inputs)
         if plan is None:
@@ -147,22 +152,6 @@ class GatewayService(Service):
     async def _write(self, d: RoutedDeployment, plan: decide.Plan, inputs: decide.Inputs) -> Decision:
         written: list[dict[str, object]] = []
         gateway = plan.gateway
-        if plan.provider_pool is not None:
-            namespace, name = plan.provider_pool
-            try:
-                found = await self.kube.get_or_none(decide.POOL_API, "InferencePool", name, namespace)
-            except KubeError as exc:
-                found, why = None, exc.message
-            else:
-                why = "it does not exist yet"
-            if found is None:
-                return decide.decision(
-                    inputs,
-                    False,
-                    "InferencePoolFailed",
-                    f"waiting for the provider's InferencePool {namespace}/{name}: {why}",
-                    gateway=gateway,
-                )
         for write in plan.writes:
             try:
                 await self.writer.apply(d.key, write.objects, manager=SELF)

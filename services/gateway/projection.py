@@ -1,4 +1,5 @@
-"""What the Gateway API control plane knows (Kubernetes mode): deployments and the Gateways they route through.
+"""What the Gateway API control plane knows (Kubernetes mode): deployments, the Gateways they route through and the
+providers' own InferencePools they may route to, as the watcher observed them.
 
 `routing` is which Gateway each deployment routes through, from the service's own decisions; the shard of the
 global partition folds them from every partition (`GatewayService.everywhere`), so it alone can decide each
@@ -47,11 +48,12 @@ class RoutedDeployment(Desired[ModelDeployment]):
 
 @dataclass
 class GatewayState:
-    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 4  # runtime/snapshots.py: bump when what fold() keeps here changes (4: pools)
 
     deployments: dict[Key, RoutedDeployment] = field(default_factory=dict)
     providers: dict[str, InferenceProviderConfigSpec] = field(default_factory=dict)
     gateways: dict[str, GatewayView] = field(default_factory=dict)  # "namespace/name" → what the watcher saw
+    pools: dict[str, ObjectObserved] = field(default_factory=dict)  # "namespace/name" → a provider's InferencePool seen
     discovered: ApisDiscovered | None = None
     routing: dict[Key, str] = field(default_factory=dict)  # deployment → "namespace/name" of the Gateway it routes through
     admitted: dict[str, RoutesAdmitted] = field(default_factory=dict)  # Gateway → its admission, as last decided
@@ -89,6 +91,12 @@ class GatewayState:
                 self.admitted.pop(ref, None)
             elif envelope.facet == owner and isinstance(event, RoutesAdmitted):
                 self.admitted[ref] = event
+            return
+        if key.kind == "InferencePool":  # a provider's own (Jetway's are observed on their deployment)
+            if isinstance(event, ObjectObserved) and event.exists:
+                self.pools[f"{key.namespace}/{key.name}"] = event
+            elif isinstance(event, ObjectObserved):
+                self.pools.pop(f"{key.namespace}/{key.name}", None)
             return
         if key.kind == "ModelDeployment" and envelope.facet == owner and isinstance(event, Decision):
             if isinstance(event, GatewayReconciled) and event.gateway and event.reason in ROUTING:

@@ -3,7 +3,7 @@
 One informer per kind (runtime/informer.py: list, watch, resume after a drop, list again after
 `410 Gone`, start over after a handler's failure). What is the watcher's own is what it does with
 what they show: which kinds it follows (its own resources, the objects Jetway owns, Gateways, every
-claim, CRDs metadata-only), what to record (`ingest`, pure) and what to write back (`status`, pure).
+InferencePool, every claim, CRDs metadata-only), what to record (`ingest`, pure) and what to write back (`status`, pure).
 Discovery is refreshed when a CRD comes or goes, and follows start or stop with the kinds served.
 """
 
@@ -51,11 +51,12 @@ OWNED = (
     ("nvidia.com/v1alpha1", "DynamoGraphDeployment"),
     ("kaito.sh/v1beta1", "Workspace"),
     ("ray.io/v1", "RayService"),
-    ("inference.networking.k8s.io/v1", "InferencePool"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
     ("kagent.dev/v1alpha2", "Agent"),
 )
-READ = (("gateway.networking.k8s.io/v1", "Gateway"),)
+# followed whoever wrote them: Gateways, and every InferencePool (Jetway's observed on their deployment, a provider's
+# on itself: the gateway waits for the one its deployment routes to, services/gateway/projection.py)
+READ = (("gateway.networking.k8s.io/v1", "Gateway"), ("inference.networking.k8s.io/v1", "InferencePool"))
 # every claim, not only Jetway's: a deployment's volumes may mount pre-existing ones, whose phase its storage waits on
 CLAIMS = ("v1", "PersistentVolumeClaim")
 CRDS = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")

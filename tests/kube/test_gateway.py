@@ -231,7 +231,10 @@ async def test_a_gateway_in_another_namespace_admits_the_route_until_it_is_gone(
     assert (await cluster.kube.get(ROUTES, "Gateway", "shared", shared))["spec"]["listeners"][1]["port"] == 443  # the rest intact
 
 
-async def test_a_provider_managed_pool_in_another_namespace_is_waited_for_and_granted(controller: Controller, cluster: Cluster) -> None:
+async def test_a_provider_managed_pool_in_another_namespace_is_waited_for_and_granted(
+    wide_controller: Controller, cluster: Cluster
+) -> None:
+    """The gateway knows the pool as the watcher observed it: the watcher must watch the pool's namespace too."""
     await cluster.install_gateway_apis()
     await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
     await cluster.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
@@ -283,6 +286,48 @@ async def test_a_provider_managed_pool_in_another_namespace_is_waited_for_and_gr
     finally:
         if cluster.real:  # the config is cluster-scoped and outlives the test: the next workload service registers it afresh
             await cluster.kube.delete(MDV, "InferenceProviderConfig", "dynamo")
+
+
+async def test_the_providers_pool_is_waited_for_and_used_as_the_watcher_sees_it(controller: Controller, cluster: Cluster) -> None:
+    """Dynamo makes its own pool (`{name}-pool`): the gateway waits for it, then routes to it, deciding from what the
+    watcher recorded of it, never reading it from the API server."""
+    await cluster.install_gateway_apis()
+    await make_gateway(cluster, "inference", cluster.namespace, [listener("http")], ready=["http"])
+    await cluster.install(foreign_crd("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"))
+    await cluster.kube.discover()
+    await eventually(lambda: get_obj(cluster, MDV, "InferenceProviderConfig", "dynamo"), timeout=TIMEOUT, message="dynamo registered")
+    reads = pool_reads(cluster)
+    manifest = _md("qwen", cluster.namespace)
+    await cluster.kube.create({**manifest, "spec": {**manifest["spec"], "provider": {"name": "dynamo"}}})
+    dgd = await eventually(lambda: get_obj(cluster, "nvidia.com/v1alpha1", "DynamoGraphDeployment", "qwen"), timeout=TIMEOUT, message="DGD")
+    await cluster.kube.patch(dgd, {"status": {"state": "successful"}}, subresource="status")
+    md = await wait_reason(cluster, "InferencePoolFailed")
+    waiting = f"waiting for the provider's InferencePool {cluster.namespace}/qwen-pool: it does not exist yet"
+    assert condition(md, "GatewayReady")["message"] == waiting
+    assert await get_obj(cluster, ROUTES, "HTTPRoute", "qwen") is None  # nothing routes to a pool that is not there
+
+    await cluster.kube.create(
+        {
+            "apiVersion": POOL,
+            "kind": "InferencePool",
+            "metadata": {"name": "qwen-pool", "namespace": cluster.namespace},  # Dynamo's, no label or owner of Jetway's
+            "spec": {
+                "selector": {"matchLabels": {"app": "x"}},
+                "targetPorts": [{"number": 8000}],
+                "endpointPickerRef": {"name": "x-epp", "port": {"number": 9002}},
+            },
+        }
+    )
+    md = await wait_reason(cluster, "GatewayConfigured")
+    assert condition(md, "GatewayReady")["message"] == f"HTTPRoute to the provider's InferencePool {cluster.namespace}/qwen-pool created"
+    route = await cluster.kube.get(ROUTES, "HTTPRoute", "qwen", cluster.namespace)
+    assert backends(route["spec"]["rules"][0]) == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen-pool"}]
+    assert pool_reads(cluster) == reads
+
+
+def pool_reads(cluster: Cluster) -> int | None:
+    """InferencePools read one by one from the emulator (a real server's counts take in other tests' reads: None)."""
+    return cluster.emulator.calls[("GET", "inferencepools", "")] if cluster.emulator is not None else None
 
 
 def _md(name: str, namespace: str) -> dict[str, Any]:

@@ -205,7 +205,9 @@ def rendered_gateway(
         endpoint = workload.endpoint(chosen.provider, Inputs(key, UID, md, chosen.engine, plan, True))
         engine = next(p for p in PROVIDERS if p.name == chosen.provider).engine(chosen.engine)
         found = capability(namespace) if capability else (engine.gateway if engine else None)
-        inputs = decide.Inputs(key, UID, 1, md, True, endpoint, SERVICE_IP, found, True, [_gateway(namespace)])
+        pool = decide.provider_pool(key, found)  # a provider's own pool: there, as the watcher would have seen it
+        seen = {f"{pool[0]}/{pool[1]}"} if pool else set()
+        inputs = decide.Inputs(key, UID, 1, md, True, endpoint, SERVICE_IP, found, True, [_gateway(namespace)], pools=seen)
         decided = decide.plan(inputs)
         assert decided is not None and decided.decision.reason == "GatewayConfigured", decided
         return [o for o in decided.objects() if kinds is None or o["kind"] in kinds]

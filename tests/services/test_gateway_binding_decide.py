@@ -108,9 +108,14 @@ def test_plans() -> None:
     same_namespace_pool = EngineGateway(
         managesInferencePool=True, inferencePoolNamePattern="{name}-pool", inferencePoolNamespace="{namespace}"
     )
-    managed = control_plane.plan(inputs(md(), capability=same_namespace_pool))
+    managed = control_plane.plan(inputs(md(), capability=same_namespace_pool, pools={"default/qwen-pool"}))
     assert managed is not None and managed.provider_pool == ("default", "qwen-pool")
     assert [o["kind"] for o in managed.objects()] == ["HTTPRoute"]  # no grant in the same namespace, no pool of ours
+    # the provider's pool not seen yet (the watcher records it when it is): wait, writing nothing, not even the member
+    waiting = control_plane.plan(inputs(md(), capability=same_namespace_pool, pools={"default/qwen"}, service_ip="10.1.2.3"))
+    assert waiting is not None and not waiting.objects() and waiting.decision.reason == "InferencePoolFailed"
+    (ready,) = waiting.decision.status.conditions
+    assert ready.status == "False" and ready.message == "waiting for the provider's InferencePool default/qwen-pool: it does not exist yet"
     member = control_plane.plan(inputs(md(), service_ip="10.1.2.3"))
     assert member is not None and member.member is not None and member.member["spec"]["url"] == "http://10.1.2.3:8000"
 

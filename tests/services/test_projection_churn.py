@@ -120,6 +120,11 @@ def cycle(fold: Folding, n: int) -> None:
     gone = ObjectObserved(api_version="gateway.networking.k8s.io/v1", object_kind="Gateway", object_name=gateway.name, exists=False)
     fold(gateway, gone, OBSERVED)
 
+    pool = Key("InferencePool", "pools", f"pool{n}")  # a provider's own, which a deployment may route to
+    fold(pool, ObjectObserved(api_version="inference.networking.k8s.io/v1", object_kind="InferencePool", object_name=pool.name), OBSERVED)
+    gone = ObjectObserved(api_version="inference.networking.k8s.io/v1", object_kind="InferencePool", object_name=pool.name, exists=False)
+    fold(pool, gone, OBSERVED)
+
 
 async def test_ten_thousand_create_delete_cycles_leave_the_watcher_selector_and_gateway_projections_as_they_were(
     tmp_path: Path,

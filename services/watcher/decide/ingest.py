@@ -121,9 +121,13 @@ def owner_of(obj: dict[str, Any]) -> Key | None:
 
 
 def observation(obj: dict[str, Any], *, exists: bool = True) -> tuple[Key, ObjectObserved] | None:
-    """(the key to record on, the observation): an owned object on its owner, a Gateway on itself."""
+    """(the key to record on, the observation): an owned object on its owner, a Gateway on itself, and so an
+    InferencePool no resource of Jetway's owns (a provider's, which a deployment's HTTPRoute may route to)."""
+    itself = Key(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
     if obj["kind"] == "Gateway":
-        key: Key | None = Key("Gateway", obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        key: Key | None = itself
+    elif obj["kind"] == "InferencePool":
+        key = owner_of(obj) or itself
     else:
         key = owner_of(obj)
     if key is None:
