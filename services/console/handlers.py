@@ -19,6 +19,7 @@ from contracts.events import Envelope
 from contracts.router import PROBE_SIGNALS, ProbeSignal
 from contracts.subjects import ALL_EVENTS, Key
 from runtime.service import Runner, Service
+from runtime.waiting import FoldWaits
 from services.console.events import EventIndex
 from services.console.projection import ConsoleState
 
@@ -36,7 +37,7 @@ class ConsoleService(Service):
         self.index = EventIndex()
         self.listeners: list[Callable[[Envelope], None]] = []  # told of each event once folded (the pages' watch)
         self.last_seq = 0  # the stream sequence of the last event folded
-        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
+        self._waits = FoldWaits()  # `folded`: the sequences the front door's answers wait for
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
@@ -44,12 +45,7 @@ class ConsoleService(Service):
         self.last_seq = max(self.last_seq, envelope.seq)
         for listener in self.listeners:
             listener(envelope)
-        if self._waiting:
-            done = [w for w in self._waiting if w[0] <= self.last_seq]
-            self._waiting = [w for w in self._waiting if w[0] > self.last_seq]
-            for _, future in done:
-                if not future.done():
-                    future.set_result(None)
+        self._waits.folded()
 
     def affected(self, envelope: Envelope) -> tuple[Key, ...]:
         return ()
@@ -59,17 +55,7 @@ class ConsoleService(Service):
 
     async def folded(self, seq: int, timeout: float) -> bool:
         """Wait until the event at stream sequence `seq` (or a later one) is folded; False after `timeout`."""
-        if seq <= self.last_seq:
-            return True
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((seq, future))
-        try:
-            await asyncio.wait_for(future, timeout)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self._waiting = [w for w in self._waiting if w[1] is not future]
+        return await self._waits.until(lambda: self.last_seq >= seq, timeout)
 
     async def alongside(self, runner: Runner) -> None:
         """The router's probe times, folded as they come (not events: a member's view shows its last probe)."""

@@ -6,7 +6,6 @@ carries the failures, and the projection folds them back from it: no state outsi
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Iterable
 
 from contracts.conditions import carried, same_decision
@@ -15,6 +14,7 @@ from contracts.objects import PAUSED
 from contracts.pipeline import ProviderSelected, RuleFailure, SelectionFailed, SelectionRulesChecked
 from contracts.subjects import GLOBAL, PREFIX, SPEC, Key, kind_filter
 from runtime.service import Effects, Service
+from runtime.waiting import FoldWaits
 from services.selector import decide
 from services.selector.projection import SELF, SelectorState
 
@@ -25,31 +25,18 @@ class SelectorService(Service):
 
     def __init__(self) -> None:
         self.state = SelectorState()
-        self._waiting: list[tuple[frozenset[str], asyncio.Future[None]]] = []  # `knows`: the providers awaited
+        self._waits = FoldWaits()  # `knows`: the providers awaited
 
     def fold(self, envelope: Envelope) -> None:
         self.state.fold(envelope)
-        if self._waiting and envelope.key.kind == "InferenceProviderConfig":
-            known = self.state.providers.keys()
-            for names, future in self._waiting:
-                if names <= known and not future.done():
-                    future.set_result(None)
+        if envelope.key.kind == "InferenceProviderConfig":
+            self._waits.folded()
 
     async def knows(self, names: Collection[str], timeout: float) -> bool:
         """Wait until every provider in `names` is folded here, told by the fold that makes it so; False after
         `timeout`. Standalone start-up waits on the built-in ones (services/pipeline.py `providers_known`)."""
         wanted = frozenset(names)
-        if wanted <= self.state.providers.keys():
-            return True
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((wanted, future))
-        try:
-            await asyncio.wait_for(future, timeout)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self._waiting = [w for w in self._waiting if w[1] is not future]
+        return await self._waits.until(lambda: wanted <= self.state.providers.keys(), timeout)
 
     def affected(self, envelope: Envelope) -> Iterable[Key]:
         key = envelope.key

@@ -55,6 +55,6 @@ async def test_the_watcher_as_a_process_outside_a_cluster_says_jetway_up_runs_it
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.watcher", cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 1
     assert err.decode().strip() == "watcher: runs in a cluster only (JETWAY_MODE=cluster); standalone, `jetway up` runs it"
