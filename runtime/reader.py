@@ -238,7 +238,10 @@ class OrderedReader:
                 continue
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), 2 * self.heartbeat)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancellation that meets the wake-up, and
+                # a runner cancelled while its reader waited then never ended (a replica's stop hung the suite)
+                async with asyncio.timeout(2 * self.heartbeat):
+                    await self._wake.wait()
             except TimeoutError:
                 self._broken = f"nothing for {2 * self.heartbeat:g} s, not even a heartbeat"
         if limit and len(self._buffer) > limit:
