@@ -84,7 +84,8 @@ async def follow(
                 return
             log.info("following %s failed (%s): subscribing again", feed.filter, exc, extra={"service": name})
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), delay)
+                async with asyncio.timeout(delay):  # not wait_for: it can lose a cancellation on 3.11
+                    await stopping.wait()
             delay = min(delay * 2, 2.0)
 
 

@@ -370,7 +370,8 @@ class Runner:
             return
         while not self._stopping.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), min(self.settings.snapshots.every_seconds, 60.0))
+                async with asyncio.timeout(min(self.settings.snapshots.every_seconds, 60.0)):  # not wait_for (3.11)
+                    await self._stopping.wait()
             if not self._stopping.is_set() and self._snapshot_due():
                 self.snapshot_now()
 
@@ -576,7 +577,8 @@ class Runner:
             return
         while not self._stopping.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                async with asyncio.timeout(interval):  # not wait_for: it can lose a cancellation on 3.11
+                    await self._stopping.wait()
             if not self._stopping.is_set():
                 await self.reconcile_all()
 
