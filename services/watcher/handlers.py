@@ -65,7 +65,6 @@ class WatcherService(Service):
         self.leases = leases  # several watcher replicas: each follows the kinds it holds a lease on (cluster.GROUPS)
         self.resync_interval = resync_interval
         self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
-        self._written = 0  # under the lock: the sequence of the last event the apply under way appended
         self.rebuilt_count = 0
         self.rebuilt_builtin = 0  # of those, the built-in provider configs Jetway registered itself
 
@@ -199,28 +198,28 @@ class WatcherService(Service):
     async def apply(self, doc: Any, *, dry_run: bool, registered: bool = False) -> Applied | Refused:
         """Admit and record a manifest (`registered`: for a provider's self-registration, not a user)."""
         async with self._lock:
-            self._written = 0
             try:
                 outcome = await self._guarded(lambda: self._apply_once(doc, dry_run, registered))
             except Conflict:
                 return Refused(
                     409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
                 )
-            written = self._written
         if isinstance(outcome, Refused):
             return outcome
-        done, verdict = outcome
+        done, verdict, written = outcome
         return Applied(done.key, done.action, done.generation, done.previous_generation, done.expected_seq, list(verdict.warnings), written)
 
-    async def _apply_once(self, doc: Any, dry_run: bool, registered: bool = False) -> tuple[Plan, Admission] | Refused:
-        """One plan against the projection and its append; a Conflict when the facet moved on meanwhile."""
+    async def _apply_once(self, doc: Any, dry_run: bool, registered: bool = False) -> tuple[Plan, Admission, int] | Refused:
+        """One plan against the projection and its appends, with the sequence of the last event appended (0: none); a
+        Conflict when the facet moved on meanwhile."""
         assert self.runner is not None
         verdict, current = self.admit(doc)
         if not verdict.ok or verdict.obj is None:
             return Refused(400, verdict.problems)
         if registered and current is not None and not current.registered:
             # judged under the lock: a user's config applied since the registration was read stands
-            return Plan(key_of(verdict.obj), "unchanged", current.generation, current.generation, None, current.resource_version), verdict
+            kept = Plan(key_of(verdict.obj), "unchanged", current.generation, current.generation, None, current.resource_version)
+            return kept, verdict, 0
         requested = doc.get("metadata", {}).get("resourceVersion") if isinstance(doc.get("metadata"), dict) else None
         decision = plan(verdict.obj, current, requested_version=None if requested is None else str(requested), dry_run=dry_run)
         if isinstance(decision, Stale):
@@ -232,7 +231,7 @@ class WatcherService(Service):
                 return Refused(413, [Problem(path="status", message=f"the status is too large to store: {too_large(exc)}")])
             if reported and decision.action == "unchanged":
                 decision = Plan(decision.key, "configured", decision.generation, decision.previous_generation, None, decision.expected_seq)
-            return decision, verdict
+            return decision, verdict, reported
         subject = decision.key.subject(SPEC)
         try:
             pending = self._reported_event(decision.key, doc, dry_run)
@@ -244,9 +243,9 @@ class WatcherService(Service):
         except EventTooLarge as exc:
             return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
         self.runner.fold(stored)
-        self._written = stored.seq
-        await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
-        return Plan(decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq), verdict
+        reported = await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
+        done = Plan(decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq)
+        return done, verdict, reported or stored.seq
 
     def _reported_event(self, key: Key, doc: Any, dry_run: bool) -> StatusReported | None:
         """The provider's own status to record with this apply, None when there is nothing new."""
@@ -260,17 +259,17 @@ class WatcherService(Service):
             return None
         return StatusReported(status=StatusSlice(fields=fields))
 
-    async def _record_reported_status(self, key: Key, doc: Any, dry_run: bool) -> bool:
-        """Providers report their own readiness: the `status` of an applied provider config is recorded as theirs."""
+    async def _record_reported_status(self, key: Key, doc: Any, dry_run: bool) -> int:
+        """Providers report their own readiness: the `status` of an applied provider config is recorded as theirs. The
+        sequence it was stored at; 0 when there was nothing new to record."""
         assert self.runner is not None
         event = self._reported_event(key, doc, dry_run)
         if event is None:
-            return False
+            return 0
         subject = key.subject(REPORTED)
         stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
         self.runner.fold(stored)
-        self._written = stored.seq
-        return True
+        return stored.seq
 
     async def delete(self, key: Key) -> Deleted:
         assert self.runner is not None
