@@ -20,15 +20,20 @@ A reconcile ends in one of four ways, as in controller-runtime (`Result{RequeueA
 
 The runner (runtime/runner.py) calls these; its work queue (runtime/workqueue.py) acts on the
 answers.
+
+A write that no event caused (a request's: the front door's apply, what a cluster showed) goes through
+`Writes` instead, the same append and fold with its own conflict loop: it runs the whole attempt again,
+deciding afresh, where a reconcile is requeued.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -36,6 +41,8 @@ from nats.aio.client import Client
 from contracts.events import Envelope, Event
 from contracts.subjects import Key
 from runtime.eventstore import Conflict, EventStore
+
+T = TypeVar("T")
 
 
 class Service:
@@ -176,4 +183,41 @@ class Effects:
         return envelope
 
 
-__all__ = ["Again", "Decider", "Effects", "NotHeld", "Permanent", "Requeue", "Service", "Temporary"]
+class Writes:
+    """The writes a request makes through a runner (the watcher's applies, deletes and what the cluster showed): the
+    same guarded append and fold as `Effects`, serialised by one lock so each attempt decides on what the one before
+    it wrote, and retried as a whole after a conflict (another writer got there first: the facet is refreshed from
+    the stream and the attempt decides again), `tries` times before the last `Conflict` is raised."""
+
+    def __init__(self, runner: Decider, tries: int) -> None:
+        self.runner = runner
+        self.tries = max(1, tries)
+        self._lock = asyncio.Lock()
+
+    async def write(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        async with self._lock:
+            for tried in range(1, self.tries + 1):
+                try:
+                    return await attempt()
+                except Conflict as conflict:
+                    if tried == self.tries:
+                        raise
+                    await self.runner.refresh(conflict.subject, conflict.actual)
+        raise AssertionError("unreachable")
+
+    async def append(self, subject: str, event: Event, *, expected: int | None = None) -> Envelope:
+        """Append after the subject's last folded event (or `expected`, a resource version the caller checked), and
+        fold it. Within `write` only: the lock is what makes "last folded" the last."""
+        assert self._lock.locked(), "Writes.append outside Writes.write"
+        if expected is None:
+            expected = self.runner.seq_before(subject, self.runner.folds)  # its last folded sequence
+        envelope = await self.runner.store.append(subject, event, expected_seq=expected)
+        self.runner.fold(envelope)
+        return envelope
+
+    def check_fits(self, subject: str, event: Event) -> None:
+        """Raise EventTooLarge before anything is written, when `event` would not fit in one message."""
+        self.runner.store.check_fits(subject, event)
+
+
+__all__ = ["Again", "Decider", "Effects", "NotHeld", "Permanent", "Requeue", "Service", "Temporary", "Writes"]

@@ -55,7 +55,7 @@ from runtime import metrics, telemetry
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, patiently, streams_from_env
 from runtime.eventstore import EventStore, Item
 from runtime.feed import Delivery, Feed, feeds_of, follow
-from runtime.reconcile import Again, Effects, NotHeld, Permanent, Requeue, Service
+from runtime.reconcile import Again, Effects, NotHeld, Permanent, Requeue, Service, Writes
 from runtime.snapshots import Codec, Restored, SnapshotSettings, SnapshotStore, Unusable, settings_from_env
 from runtime.workqueue import WorkQueue
 
@@ -120,6 +120,7 @@ class Runner:
         self.seen: dict[str, int] = {}  # subject → last folded stream sequence
         self.folds = 0  # events folded so far; an Effects compares it with `_moved` to see what moved since it began
         self._moved: dict[str, tuple[int, int]] = {}  # subject → (`folds` at its last fold, its sequence before that fold)
+        self.writes = Writes(self, self.settings.conflict_retries)  # a request's writes (the watcher's applies), not a reconcile's
         self.ready = asyncio.Event()
         self.passes = 0  # level-triggered passes over every key completed (start-up, resyncs)
         self.retries = 0  # reconciles retried after a failure, or asked for again (`Again`)

@@ -1,8 +1,8 @@
 """The watcher service: folds every event into the resources projection and records applies (the front door's
 `Recorder`, contracts/frontdoor.py: services/console/api.py calls `apply` and `delete`, and reads nothing else here).
 
-Every write (an apply, a delete, what the cluster showed) is an append guarded by its facet's last
-sequence, serialised by one lock and retried after a conflict by one loop (`_guarded`). In Kubernetes
+Every write (an apply, a delete, what the cluster showed) goes through the runner's `Writes` (runtime/reconcile.py):
+an append guarded by its facet's last sequence, serialised, and decided again after a conflict. In Kubernetes
 mode `ClusterSync` (cluster.py) drives the cluster side; it sees this service only as a `Recorder`.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -38,8 +38,6 @@ from services.watcher.projection import WatcherState
 
 log = logging.getLogger("jetway.watcher")
 REPORTING_KINDS = ("InferenceProviderConfig", "AgentProviderConfig")
-CONFLICT_TRIES = 3  # appends of one write before it gives up (each after refreshing the facet it conflicted on)
-T = TypeVar("T")
 
 
 def too_large(exc: EventTooLarge) -> str:
@@ -64,7 +62,6 @@ class WatcherService(Service):
         self.cluster = cluster  # Kubernetes mode: the cluster in, status and finalizers out
         self.leases = leases  # several watcher replicas: each follows the kinds it holds a lease on (cluster.GROUPS)
         self.resync_interval = resync_interval
-        self._lock = asyncio.Lock()  # applies are serialised: each plan sees the one before it
         self.rebuilt_count = 0
         self.rebuilt_builtin = 0  # of those, the built-in provider configs Jetway registered itself
 
@@ -145,28 +142,13 @@ class WatcherService(Service):
     async def record(self, key: Key, event: Event, facet: str) -> None:
         """Record what the cluster showed (Kubernetes mode): appended after the facet's last event."""
         assert self.runner is not None
-        runner = self.runner
+        writes = self.runner.writes
         subject = key.subject(facet)
 
         async def append() -> None:
-            runner.fold(await runner.store.append(subject, event, expected_seq=runner.seen.get(subject, 0)))
+            await writes.append(subject, event)
 
-        async with self._lock:
-            await self._guarded(append)
-
-    async def _guarded(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """The one retry of the watcher's writes (records, applies, deletes), each an append guarded by its facet's
-        last sequence: on a conflict (another writer, another replica, got there first) the facet is refreshed from
-        the stream and `attempt` runs again, deciding afresh; the last Conflict after CONFLICT_TRIES. Run under the lock."""
-        assert self.runner is not None
-        for tried in range(1, CONFLICT_TRIES + 1):
-            try:
-                return await attempt()
-            except Conflict as conflict:
-                if tried == CONFLICT_TRIES:
-                    raise
-                await self.runner.refresh(conflict.subject, conflict.actual)
-        raise AssertionError("unreachable")
+        await writes.write(append)
 
     # --- applying --------------------------------------------------------------------------
 
@@ -197,13 +179,12 @@ class WatcherService(Service):
 
     async def apply(self, doc: Any, *, dry_run: bool, registered: bool = False) -> Applied | Refused:
         """Admit and record a manifest (`registered`: for a provider's self-registration, not a user)."""
-        async with self._lock:
-            try:
-                outcome = await self._guarded(lambda: self._apply_once(doc, dry_run, registered))
-            except Conflict:
-                return Refused(
-                    409, [Problem(path="metadata.resourceVersion", message="the resource kept changing while being applied; try again")]
-                )
+        assert self.runner is not None
+        try:
+            outcome = await self.runner.writes.write(lambda: self._apply_once(doc, dry_run, registered))
+        except Conflict:
+            kept_changing = "the resource kept changing while being applied; try again"
+            return Refused(409, [Problem(path="metadata.resourceVersion", message=kept_changing)])
         if isinstance(outcome, Refused):
             return outcome
         done, verdict, written = outcome
@@ -236,13 +217,12 @@ class WatcherService(Service):
         try:
             pending = self._reported_event(decision.key, doc, dry_run)
             if pending is not None:  # checked before the spec is stored: all or nothing
-                self.runner.store.check_fits(decision.key.subject(REPORTED), pending)
+                self.runner.writes.check_fits(decision.key.subject(REPORTED), pending)
             event = msgspec.structs.replace(decision.event, registered=True) if registered else decision.event
-            # the facet's last sequence: the resource's version, or its deletion when re-created
-            stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
+            # after the facet's last sequence: the resource's version, or its deletion when re-created
+            stored = await self.runner.writes.append(subject, event)
         except EventTooLarge as exc:
             return Refused(413, [Problem(path="", message=f"the manifest is too large to store: {too_large(exc)}")])
-        self.runner.fold(stored)
         reported = await self._record_reported_status(decision.key, doc, dry_run)  # after the spec: readers know the resource by then
         done = Plan(decision.key, decision.action, decision.generation, decision.previous_generation, decision.event, stored.seq)
         return done, verdict, reported or stored.seq
@@ -266,10 +246,7 @@ class WatcherService(Service):
         event = self._reported_event(key, doc, dry_run)
         if event is None:
             return 0
-        subject = key.subject(REPORTED)
-        stored = await self.runner.store.append(subject, event, expected_seq=self.runner.seen.get(subject, 0))
-        self.runner.fold(stored)
-        return stored.seq
+        return (await self.runner.writes.append(key.subject(REPORTED), event)).seq
 
     async def delete(self, key: Key) -> Deleted:
         assert self.runner is not None
@@ -280,12 +257,10 @@ class WatcherService(Service):
             if current is None:
                 return Deleted(key, False)
             event = ResourceDeleted(kind=key.kind, namespace=key.namespace, name=key.name)
-            stored = await runner.store.append(key.subject(SPEC), event, expected_seq=current.resource_version)
-            runner.fold(stored)
+            stored = await runner.writes.append(key.subject(SPEC), event, expected=current.resource_version)
             return Deleted(key, True, stored.seq)
 
-        async with self._lock:
-            return await self._guarded(delete_once)
+        return await runner.writes.write(delete_once)
 
     async def alongside(self, runner: Runner) -> None:
         self.runner = runner
