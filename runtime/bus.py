@@ -355,8 +355,10 @@ async def patiently(call: Callable[[], Awaitable[T]], what: str, stopping: async
             if stopping.is_set() or loop.time() + delay > deadline:
                 raise
             log.warning("%s: NATS did not answer (%s); trying again in %.1f s", what, type(exc).__name__, delay)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), delay)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancellation that meets the wake-up
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await stopping.wait()
             delay = min(delay * 2, 10.0)
 
 

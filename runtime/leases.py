@@ -25,6 +25,11 @@ lease cannot lapse while the duty winds down; the first tick after it ended dele
 bucket is the tick's, one at a time. JetStream's expected-last-subject-sequence remains the safety net under
 all of it: a replica that acts after losing a lease (a paused process) has its decision refused by the facet's
 guard.
+
+One mechanism, keyed by any string, serves every service that shares work between replicas: a service's shards
+(runtime/replica.py: a key is a partition, the duty its runner), the router (a key is a partition, the duty its
+probes of the members there) and the watcher (a key is a group of kinds, services/watcher/cluster.py GROUPS, the
+duty their list-then-watch).
 """
 
 from __future__ import annotations
@@ -222,8 +227,10 @@ class Leases:
                     await self.tick()
                 except (TimeoutError, nats.errors.Error, APIError) as exc:
                     log.info("lease tick of %s failed (%s); trying again", self.group, type(exc).__name__)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), max(0.0, self.ttl / 4 - (time.monotonic() - started)))
+                # asyncio.timeout, not wait_for: a cancellation wait_for lost here would keep a stopped replica ticking
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, self.ttl / 4 - (time.monotonic() - started))):
+                        await self._stopping.wait()
         finally:
             try:
                 await self.release_all()
