@@ -207,7 +207,12 @@ async def up(options: Options) -> int:
     secret_store = FileSecrets(directory / "secrets")
     watcher = watcher_main.build(nc, allow_link_local=options.allow_link_local)
     router = router_main.build(
-        nc, secret_store, probe_interval=options.probe_interval, allow_link_local=options.allow_link_local, routing=options.routing
+        nc,
+        secret_store,
+        probe_interval=options.probe_interval,
+        allow_link_local=options.allow_link_local,
+        routing=options.routing,
+        holding=router_main.holding_of(configured.router),  # JETWAY_ROUTER_HOLD_*: requests held for a model at zero
     )
     keyfile = None
     if options.client_keys == "required":

@@ -335,7 +335,7 @@ class Images:
 
 @dataclass(frozen=True)
 class Router:
-    """The router (docs/router.md): where it listens, its limits, its policy, its client keys, its prober."""
+    """The router (docs/router.md): where it listens, its limits, its policy, its client keys, its held requests, its prober."""
 
     host: str = setting("JETWAY_ROUTER_HOST", Text(), "0.0.0.0", "where the router listens")
     port: int = setting("JETWAY_ROUTER_PORT", PORT, 8080, "its port")
@@ -368,6 +368,16 @@ class Router:
         Text(),
         "/var/run/jetway/client-keys/client-keys",
         "the keys' file (the mounted Secret `jetway-client-keys`)",
+    )
+    hold_max: int = setting(
+        "JETWAY_ROUTER_HOLD_MAX",
+        whole(0, unit="requests"),
+        64,
+        "requests held per model while it starts from zero (a member marked scale-from-zero, none ready); past it a 503 "
+        "at once; 0: none held",
+    )
+    hold_seconds: float = setting(
+        "JETWAY_ROUTER_HOLD_SECONDS", seconds(3600), 60.0, "how long a request is held for a model starting from zero; then a 503"
     )
     probe_interval: float = setting("JETWAY_PROBE_INTERVAL", seconds(), 5.0, "how often every member is probed")
     secrets_dir: str = setting(

@@ -13,8 +13,9 @@ admitted by its client key (services/router/keys.py), read for its model, and se
 services/router/policy.py picks (the `x-jetway-route` response header says which and why); the answer is
 relayed as it comes (services/router/relay.py). Errors are in the called API's shape: 400 malformed, 401
 client keys, 404 unknown model or format, 400 over the context window (context_length_exceeded; estimated,
-the estimate stated), 429 over a key's limit, 503 when no member can take it. A member that fails before
-answering is marked failed, re-probed, and the request retried once on another member.
+the estimate stated), 429 over a key's limit, 503 when no member can take it. A request for a model starting
+from zero (a member marked scale-from-zero, none ready) is held until one is (services/router/hold.py). A member
+that fails before answering is marked failed, re-probed, and the request retried once on another member.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from contracts.documents import DocumentError, load_json
 from contracts.subjects import Key
-from services.router import echo, policy
+from services.router import echo, hold, policy
 from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_field, openai_error
 from services.router.apis import error as api_error
 from services.router.keys import Admission, Gate, wants_anthropic_errors
@@ -60,6 +61,7 @@ class Routes:
     settings: policy.Settings = field(default_factory=policy.Settings)
     keys: Gate | None = None  # None: any client may call (client keys off)
     recorder: Recorder = RECORDER
+    holds: hold.Holds | None = None  # None: a request for a model with no ready member is a 503 at once
     memory: policy.Memory = field(init=False)  # the prefix index, the sessions, the turn
 
     def __post_init__(self) -> None:
@@ -231,6 +233,11 @@ async def _dispatch(
         message = f"no member that serves {model!r} accepts {api.path} (the {api.format} API format; docs/router.md, API formats)"
         client.respond(*api_error(api, 404, message, "invalid_request_error", "unsupported_api", "model"))
         return "", 0
+    if not found.ready and routes.holds is not None and hold.holdable(routes.members.declaring(model), api.format):
+        held = await _held(routes, routes.holds, client, request, api, model)
+        if held is None:
+            return "", 0
+        found = held
     windowed = body if api.generates and api.prompt_field is not None else None  # counting tokens fits no window
     fitting, too_large = policy.fitting(found.ready, model, windowed, api.prompt_field == "messages")
     if too_large is not None:
@@ -282,6 +289,28 @@ async def _dispatch(
     routes.recorder.refused(model)
     client.respond(*api_error(api, 503, message, "server_error", "upstream_unavailable"), extra=[(b"retry-after", b"1")])
     return "", 0
+
+
+async def _held(
+    routes: Routes, holds: hold.Holds, client: HttpConnection, request: Request, api: Api, model: str
+) -> policy.Candidates | None:
+    """Wait for a member of a model starting from zero (services/router/hold.py): its candidates once one is ready,
+    or None once the 503 is answered (the hold timed out, the queue was full, the router stops) or the client left."""
+    loop = client.listener.loop
+    deadline = loop.time() + holds.settings.hold_seconds
+    request_id = request.headers.get(b"x-request-id", b"").decode("latin-1")
+    while True:
+        outcome = await holds.hold(model, api.format, client, deadline, request_id)
+        if outcome == hold.RELEASED:
+            found = policy.candidates(routes.members, model, api.format)
+            if found.ready:
+                return found
+            continue  # not ready again by the time it ran: held on, to the same deadline
+        if outcome != hold.GONE:
+            message, code, retry = hold.refusal(model, outcome, holds.settings)
+            routes.recorder.refused(model)
+            client.respond(*api_error(api, 503, message, "server_error", code), extra=[(b"retry-after", str(retry).encode())])
+        return None
 
 
 async def forward(

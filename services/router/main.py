@@ -1,8 +1,8 @@
 """Entry point: `python -m services.router` (see runtime/entry.py for the common environment).
 
 Its settings, the `router` group of runtime/settings.py (docs/settings.md): where it listens, its limits
-(protocol.Limits), its policy and weights (policy.Settings), client keys, the probe interval, the secret store,
-and the dial policy. It talks to no Kubernetes API:
+(protocol.Limits), its policy and weights (policy.Settings), how it holds requests for a model starting from zero
+(hold.Settings), client keys, the probe interval, the secret store, and the dial policy. It talks to no Kubernetes API:
 members come from the event stream, their credentials from the mounted secret store. `jetway up` builds the same objects in one process.
 """
 
@@ -17,10 +17,10 @@ from nats.aio.client import Client
 from contracts.subjects import ALL_PARTITIONS
 from runtime import settings as tree
 from runtime.entry import Context, Declared, Stop
-from runtime.leases import Leases, LeaseSettings
+from runtime.leases import Leases, LeaseSettings, replica_id
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
-from services.router import app, metrics, policy, protocol
+from services.router import app, hold, metrics, policy, protocol
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
@@ -48,13 +48,18 @@ def build(
     leases: LeaseSettings | None = None,
     replica: str | None = None,
     routing: policy.Settings | None = None,
+    holding: hold.Settings | None = None,
 ) -> Router:
     """The router and its prober. With `leases`, one of several replicas: each routes to every member and probes
     the members of the partitions it holds a lease on (handlers.py)."""
     pool = UpstreamPool(allow_link_local=allow_link_local)
     signals = SignalClient(nc)
     prober = Prober(pool=pool, secrets=secrets, signal=signals)
-    service = RouterService(prober, probe_interval=probe_interval)
+    name = replica or replica_id()
+    service = RouterService(prober, probe_interval=probe_interval, router=name)
+    holding = holding or hold.Settings()
+    if holding.hold_max > 0:
+        service.holds = hold.Holds(service.members, holding, publish=nc.publish, probe=service.probe_model, router=name)
     if leases is not None:
         service.leases = Leases(nc.jetstream(timeout=5), NAME, ALL_PARTITIONS, replica=replica, settings=leases, on_gain=service.gained)
     runner = Runner(service, nc, settings, owns=service.owns)
@@ -66,9 +71,11 @@ def build(
         signal=signals,
         pool=pool,
         settings=routing or policy.Settings(),
+        holds=service.holds,
     )
     members = service.members
     metrics.RECORDER.in_flight = lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())]
+    metrics.RECORDER.held = service.holds.counts if service.holds is not None else list
     return Router(service, runner, routes)
 
 
@@ -84,6 +91,7 @@ async def start(context: Context) -> list[Runnable]:
         leases=context.leases,
         replica=context.replica,
         routing=routing,
+        holding=holding_of(config),
     )
     keyfile = None
     if (config.client_keys or ("required" if context.settings.process.cluster else "off")) == "required":
@@ -118,6 +126,11 @@ def limits_of(config: tree.Router) -> protocol.Limits:
 def routing_of(config: tree.Router) -> policy.Settings:
     """Its policy and weights from its settings (JETWAY_ROUTER_POLICY ...)."""
     return policy.Settings(**{f.name: getattr(config, f.name) for f in fields(policy.Settings)})
+
+
+def holding_of(config: tree.Router) -> hold.Settings:
+    """How it holds requests for a model starting from zero (JETWAY_ROUTER_HOLD_MAX, JETWAY_ROUTER_HOLD_SECONDS)."""
+    return hold.Settings(**{f.name: getattr(config, f.name) for f in fields(hold.Settings)})
 
 
 SERVICE = Declared(NAME, start, uses_kube=False, servers=("the router: JETWAY_ROUTER_HOST, JETWAY_ROUTER_PORT",))

@@ -61,7 +61,9 @@ class Recorder:
         self.choices: dict[tuple[str, str], int] = {}
         self.key_requests: dict[tuple[str, str], int] = {}
         self.key_tokens: dict[str, int] = {}
+        self.hold_outcomes: dict[tuple[str, str], int] = {}
         self.in_flight: Callable[[], Iterable[tuple[str, int]]] = list
+        self.held: Callable[[], Iterable[tuple[str, int]]] = list  # (model, requests held now): services/router/hold.py
 
     def answered(self, model: str, member: str, endpoint: str, status: int, seconds: float) -> None:
         labels = (model, member, endpoint, str(status))
@@ -95,6 +97,11 @@ class Recorder:
     def refused(self, model: str) -> None:
         self.unavailable[model] = self.unavailable.get(model, 0) + 1
 
+    def unheld(self, model: str, outcome: str) -> None:
+        """A held request's end: released, timed_out, full (refused at once), gone, stopping."""
+        labels = (model, outcome)
+        self.hold_outcomes[labels] = self.hold_outcomes.get(labels, 0) + 1
+
     def chose(self, policy: str, reason: str) -> None:
         labels = (policy, reason)
         self.choices[labels] = self.choices.get(labels, 0) + 1
@@ -119,6 +126,12 @@ COUNTERS = (  # name, help, labels, the Recorder's attribute
     ("jetway_router_policy_choices", "Members chosen, by policy and reason", ["policy", "reason"], "choices"),
     ("jetway_router_key_requests", "Requests by client key (its name) and status", ["key", "status"], "key_requests"),
     ("jetway_router_key_tokens", "Tokens counted against a client key", ["key"], "key_tokens"),
+    (
+        "jetway_router_hold_outcomes",
+        "Requests held for a model starting from zero, by how the hold ended: released, timed_out, full, gone, stopping",
+        ["model", "outcome"],
+        "hold_outcomes",
+    ),
 )
 HISTOGRAMS = (
     ("jetway_router_request_duration_seconds", "From the request read to the answer's end", ["endpoint"], "durations"),
@@ -156,6 +169,10 @@ class RouterCollector(Collector):
         for member, count in list(r.in_flight()):
             in_flight.add_metric([member], count)
         yield in_flight
+        held = GaugeMetricFamily("jetway_router_held_requests", "Requests held now for a model no member is ready for", labels=["model"])
+        for model, count in list(r.held()):
+            held.add_metric([model], count)
+        yield held
 
 
 RECORDER = Recorder()

@@ -11,11 +11,14 @@ phase, advertised models) is the recorded `MemberHealthChanged`, which a hand-ov
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from contracts.events import Envelope, ResourceApplied, ResourceDeleted
+from contracts.objects import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_NAMESPACE
 from contracts.poolmember import InferencePoolMemberSpec
 from contracts.router import MemberHealthChanged
+from contracts.scaling import SCALE_FROM_ZERO
 from contracts.subjects import SPEC, Key
 from services.router.apis import formats_of
 from services.router.load import Load
@@ -33,6 +36,8 @@ class Member:
     probed_generation: int = 0  # the generation a health decision was last recorded for
     needs_probe: bool = True  # new, re-pointed or un-drained: not routable before a fresh probe
     formats: frozenset[str] = frozenset()  # the API formats it accepts (services/router/apis.py)
+    deployment: str = ""  # "namespace/name" of the ModelDeployment it serves (its labels); "" for a user's member
+    scale_from_zero: bool = False  # its deployment may go to zero: a request is held while it is down (hold.py)
 
     @property
     def name(self) -> str:
@@ -49,6 +54,12 @@ class Member:
         return None
 
 
+def deployment_of(labels: Mapping[str, str]) -> str:
+    """ "namespace/name" from the labels the gateway writes on a deployment's member; "" when it names none."""
+    name = labels.get(MODEL_DEPLOYMENT, "")
+    return f"{labels.get(MODEL_DEPLOYMENT_NAMESPACE) or 'default'}/{name}" if name else ""
+
+
 @dataclass
 class Traffic:
     """Live, per-process state: not a fact, never an event (see the module's docstring)."""
@@ -60,7 +71,7 @@ class Traffic:
 
 @dataclass
 class Members:
-    snapshot_version = 2  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
     snapshot_skip = ("traffic", "_ordered")  # live, per process: a restart starts with no request in flight; a cache
 
     items: dict[Key, Member] = field(default_factory=dict)
@@ -92,7 +103,15 @@ class Members:
                 self._unindex(old)
             if isinstance(event, ResourceApplied):
                 spec = InferencePoolMemberSpec.model_validate(event.spec)
-                member = Member(key, event.generation, spec, formats=formats_of(spec.backend, event.labels))
+                labels = event.labels
+                member = Member(
+                    key,
+                    event.generation,
+                    spec,
+                    formats=formats_of(spec.backend, labels),
+                    deployment=deployment_of(labels),
+                    scale_from_zero=labels.get(SCALE_FROM_ZERO) == "true",
+                )
                 if old is not None:
                     member.health, member.probed_generation = old.health, old.probed_generation
                     repointed = any(getattr(old.spec, f) != getattr(spec, f) for f in CONNECTION_FIELDS)

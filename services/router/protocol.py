@@ -188,6 +188,7 @@ class HttpConnection(asyncio.Protocol):
         self.writable = asyncio.Event()
         self.writable.set()
         self.upstream: Feed | None = None  # set while an upstream feeds the answer in progress
+        self.on_lost: Callable[[], None] | None = None  # set while a request waits for a member (hold.py): the client left
 
     # --- asyncio.Protocol ------------------------------------------------------------------
 
@@ -223,6 +224,8 @@ class HttpConnection(asyncio.Protocol):
         self.writable.set()
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()  # the client left: stop the generation it asked for
+        if self.on_lost is not None:
+            self.on_lost()
 
     def pause_writing(self) -> None:
         self.writable.clear()
