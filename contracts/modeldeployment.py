@@ -26,6 +26,7 @@ VolumePurpose = Literal["modelCache", "compilationCache", "custom"]
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
 Phase = Literal["Pending", "Deploying", "Running", "Failed", "Terminating"]
 APIFormat = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+AutoscalingSignal = Literal["waitingPerReplica", "inFlightPerReplica", "kvCacheUsage"]
 
 ENGINE_PREFERENCE: tuple[EngineType, ...] = ("vllm", "sglang", "trtllm", "llamacpp")
 DEFAULT_MOUNT_PATHS: dict[str, str] = {"modelCache": "/model-cache", "compilationCache": "/compilation-cache"}
@@ -130,10 +131,38 @@ class ComponentScaling(WireModel):
     memory: OptionalQuantity = None
 
 
+class AutoscalingSpec(WireModel):
+    """Jetway's own field (docs/autoscaling.md): a range of replicas the scaler keeps the deployment in, following one
+    load signal the router measures. A manifest without it behaves as it does under AI Runway."""
+
+    minReplicas: Annotated[int, Field(ge=0, le=32)] = Field(
+        default=1, description="Fewest replicas; 0 lets an idle deployment scale to zero (not every provider can)."
+    )
+    maxReplicas: Annotated[int, Field(ge=1, le=32)] = Field(description="Most replicas.")
+    signal: AutoscalingSignal = Field(
+        default="waitingPerReplica",
+        description="The load followed: waitingPerReplica (requests queued in the engine), inFlightPerReplica "
+        "(requests the router has in flight) or kvCacheUsage (the engine's KV cache in use, 0..1).",
+    )
+    target: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="The signal's value per replica to hold; default 4 (waitingPerReplica), 8 (inFlightPerReplica) "
+        "or 0.8 (kvCacheUsage, at most 1).",
+    )
+    scaleDownDelaySeconds: Annotated[int, Field(ge=0, le=86400)] = Field(
+        default=300, description="How long fewer replicas must have sufficed before scaling down (and to zero)."
+    )
+
+
 class ScalingSpec(WireModel):
-    replicas: Annotated[int, Field(ge=0)] = Field(default=1, description="Replicas; 0 scales to zero.")
+    replicas: Annotated[int, Field(ge=0)] = Field(
+        default=1, description="Replicas; 0 scales to zero. With autoscaling: the starting count, kept within its range."
+    )
     prefill: ComponentScaling | None = None
     decode: ComponentScaling | None = None
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None, description="Scale between minReplicas and maxReplicas on a load signal (aggregated mode only)."
+    )
 
 
 class KeySelector(WireModel):

@@ -134,6 +134,11 @@ def _is_custom_resource(model: type[BaseModel]) -> bool:
     return api_version is not None and str(api_version.default).startswith("airunway.ai/")
 
 
+def _number(bound: Any) -> str:
+    """A bound as a user would write it: 0, not the 0.0 of a float field's."""
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
 def words(error: dict[str, Any], model: type[BaseModel]) -> str:
     """One pydantic error as the rule in words."""
     kind = error["type"]
@@ -167,7 +172,7 @@ def words(error: dict[str, Any], model: type[BaseModel]) -> str:
     if kind == "greater_than_equal":
         return f"must be at least {ctx['ge']} (got {show(given)})"
     if kind == "greater_than":
-        return f"must be greater than {ctx['gt']} (got {show(given)})"
+        return f"must be greater than {_number(ctx['gt'])} (got {show(given)})"
     if kind == "less_than_equal":
         return f"must be at most {ctx['le']} (got {show(given)})"
     if kind in ("value_error", "assertion_error"):

@@ -11,6 +11,7 @@ from typing import Any
 
 from contracts.kinds import KINDS, VERSION, KindInfo
 from contracts.poolmember import SCHEMA_ID
+from contracts.scaling import PROVIDER_SCALING
 
 Schema = dict[str, Any]
 
@@ -20,6 +21,10 @@ Schema = dict[str, Any]
 _SYSTEM_PATHS = "['/dev', '/proc', '/sys', '/etc', '/var/run']"
 _PORT = "([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 BASE_URL_RE = r"^[hH][tT][tT][pP][sS]?://(\[[0-9A-Fa-f:.]+\]|[^\s/?#@:\[\]]+)(:" + _PORT + r")?([/?][^\s#]*)?$"
+_AUTOSCALED = "has(self.scaling) && has(self.scaling.autoscaling)"
+_NAMED = "has(self.provider) && has(self.provider.name)"
+_FIXED = sorted(name for name, can in PROVIDER_SCALING.items() if not can.scales)  # contracts/rules/autoscaling.py
+_NOT_TO_ZERO = sorted(name for name, can in PROVIDER_SCALING.items() if can.scales and not can.to_zero)
 
 CEL_RULES: dict[str, dict[str, list[dict[str, str]]]] = {
     "ModelDeployment": {
@@ -39,6 +44,20 @@ CEL_RULES: dict[str, dict[str, list[dict[str, str]]]] = {
                 "|| !has(self.resources.gpu) || self.resources.gpu.count == 0",
                 "message": "cannot specify both resources.gpu and scaling.prefill/decode in disaggregated mode",
             },
+            {
+                "rule": f"!({_AUTOSCALED}) || !has(self.serving) || self.serving.mode != 'disaggregated'",
+                "message": "scaling.autoscaling is not supported in disaggregated mode",
+            },
+            {
+                "rule": f"!({_AUTOSCALED}) || !({_NAMED}) || !(self.provider.name in {_FIXED})",
+                "message": f"scaling.autoscaling: providers {' and '.join(_FIXED)} cannot autoscale",
+            },
+            {
+                "rule": f"!({_AUTOSCALED}) || !({_NAMED}) || !(self.provider.name in {_NOT_TO_ZERO}) "
+                "|| !has(self.scaling.autoscaling.minReplicas) || self.scaling.autoscaling.minReplicas > 0",
+                "message": f"scaling.autoscaling.minReplicas must be at least 1 on {' and '.join(_NOT_TO_ZERO)}, "
+                "which cannot scale to zero",
+            },
             # Transition rules sit here, not on the fields, so that "absent" compares too.
             {
                 "rule": "(has(self.serving) ? self.serving.mode : 'aggregated') == "
@@ -48,6 +67,16 @@ CEL_RULES: dict[str, dict[str, list[dict[str, str]]]] = {
             {
                 "rule": "(has(self.model.id) ? self.model.id : '') == (has(oldSelf.model.id) ? oldSelf.model.id : '')",
                 "message": "model.id is immutable (changing it requires delete and recreate)",
+            },
+        ],
+        "spec.scaling.autoscaling": [
+            {
+                "rule": "(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas",
+                "message": "minReplicas must be at most maxReplicas",
+            },
+            {
+                "rule": "!has(self.signal) || self.signal != 'kvCacheUsage' || !has(self.target) || self.target <= 1.0",
+                "message": "target must be at most 1 for kvCacheUsage, the fraction of the KV cache in use",
             },
         ],
         "spec.model": [
@@ -246,6 +275,10 @@ def _structural(node: Any, *, in_props: bool = False) -> Any:
             node["x-kubernetes-preserve-unknown-fields"] = True
     if "enum" in node and "type" not in node:
         node["type"] = "string"
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), int | float) and not isinstance(node[bound], bool):
+            # JSON Schema's numeric bound is OpenAPI v3's limit with a boolean flag (Kubernetes' JSONSchemaProps)
+            node[limit], node[bound] = node[bound], True
     if nullable and "x-kubernetes-preserve-unknown-fields" not in node:
         node["nullable"] = True
     out = {}

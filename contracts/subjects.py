@@ -40,6 +40,7 @@ WORKLOAD = "workload"
 ROUTER = "router"  # the router's prober: pool members' health
 GATEWAY = "gateway"  # the Gateway API control plane: a deployment's pool and route, a Gateway's admission
 BINDING = "binding"
+SCALER = "scaler"  # the autoscaler: a deployment's replica count (contracts/scaling.py ScaleDecided)
 NO_NAMESPACE = "_"
 # Partitions: fixed for a stream's lifetime (every subject carries one), so the count is a constant, not a
 # setting; 16 lets a service run up to 16 replicas that each hold some. `GLOBAL` holds the kinds every

@@ -104,8 +104,12 @@ def validate(value: Any, schema: dict[str, Any], old: Any = _MISSING, path: str 
     if isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             errors.append(f"{path}: less than {schema['minimum']}")
+        elif schema.get("exclusiveMinimum") and value == schema.get("minimum"):  # OpenAPI v3: a flag on the bound
+            errors.append(f"{path}: must be greater than {schema['minimum']}")
         if "maximum" in schema and value > schema["maximum"]:
             errors.append(f"{path}: greater than {schema['maximum']}")
+        elif schema.get("exclusiveMaximum") and value == schema.get("maximum"):
+            errors.append(f"{path}: must be less than {schema['maximum']}")
     if isinstance(value, dict):
         props = schema.get("properties")
         preserve = schema.get("x-kubernetes-preserve-unknown-fields")

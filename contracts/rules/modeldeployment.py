@@ -17,6 +17,7 @@ from contracts.modeldeployment import (
 )
 from contracts.problems import PathPart, Problem, at
 from contracts.quantity import parse_quantity
+from contracts.rules import autoscaling as autoscaling_rules
 from contracts.rules.dynamo import check as check_dynamo
 from contracts.rules.overrides import check_overrides
 
@@ -157,6 +158,9 @@ def check(md: ModelDeployment, *, creating: bool = True) -> tuple[list[Problem],
     if spec.provider and spec.provider.overrides is not None:
         problems += check_overrides(spec.provider.overrides, ["spec", "provider", "overrides"])
     problems += _check_serving(md, warnings)
+    scaled, scaling_warnings = autoscaling_rules.check(md)
+    problems += scaled
+    warnings += scaling_warnings
     problems += _check_ceilings(md)
     problems += _check_pod_fields(md)
     problems = check_dynamo(md, problems)
