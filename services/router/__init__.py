@@ -10,6 +10,7 @@ It talks to no Kubernetes API: members come from the event stream, their credent
 - `protocol.py`: the HTTP/1.1 server: connections, their limits, the drain; it knows nothing of what it serves
 - `app.py`: the OpenAI-compatible router served there: routes, admission by client key, dispatch to a member
 - `policy.py`: the choice of member, pure: which members may take a request, which one does (the routing policy)
+- `hold.py`: requests held for a model starting from zero, released in arrival order when a member is ready
 - `relay.py`: an upstream's answer passed to the client as it comes; `upstream.py` the connection pool to members
 - `apis.py`: the forwarded APIs, the member formats they need, their error shapes
 - `keys.py`: client keys, pure: the keys document, lookup by hash, allowed models, rpm/tpm limits, refusals;

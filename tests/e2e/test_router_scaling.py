@@ -24,7 +24,7 @@ from contracts.poolmember import FORMAT_LABEL
 from contracts.scaling import DEMAND_SIGNALS, LOAD_SIGNALS, SCALE_FROM_ZERO, Demand, MemberLoad
 from runtime.bus import connect
 from runtime.natsserver import free_port
-from services.router import hold
+from services.router import hold, protocol
 from simulator.vllm import SimParams, VllmSimulator
 from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
@@ -210,6 +210,19 @@ async def test_a_client_that_leaves_while_held_leaves_the_queue(stack: Stack) ->
         await leaving
     await eventually(lambda: _held_is(stack, 0), message="out of the queue")
     assert await outcomes(stack, "gone") == gone + 1
+
+
+async def test_a_router_that_drains_answers_what_it_holds(stack: Stack) -> None:
+    await member_at(stack, "qwen-0", free_port(), AT_ZERO)
+    serving = await protocol.listen(stack.router.routes, "127.0.0.1", 0)  # a listener of its own, to drain
+    body = {"model": "qwen", "messages": [{"role": "user", "content": "hello"}]}
+    asked = asyncio.create_task(stack.http.post(f"http://127.0.0.1:{serving.port}/v1/chat/completions", json=body))
+    await eventually(lambda: _held_is(stack, 1), message="held")
+    cut = await asyncio.wait_for(serving.drain(), 10)  # long before the 30 s drain or the 60 s hold
+    async with await asyncio.wait_for(asked, 5) as response:
+        assert response.status == 503 and response.headers["Retry-After"] == "1"
+        assert (await response.json())["error"]["code"] == "router_stopping"
+    assert cut == 0, "answered, not cut off"
 
 
 async def test_a_member_not_marked_for_zero_is_a_503_at_once_as_before(stack: Stack, bus: Client) -> None:
