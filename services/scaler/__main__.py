@@ -1,0 +1,4 @@
+from runtime import entry
+from services.scaler.main import SERVICE
+
+entry.main(SERVICE)
