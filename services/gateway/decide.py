@@ -7,7 +7,9 @@ its endpoint picker, or the provider's own pool when its capabilities say
 ReferenceGrant when that pool lives in another namespace); an HTTPRoute from the chosen
 Gateway, matching the model name header, unless the user brought their own; and
 `GatewayReady` with `status.gateway`. In a cluster a running deployment also
-becomes a member of Jetway's own router, whatever the Gateway API says.
+becomes a member of Jetway's own router, whatever the Gateway API says; an autoscaled one stays one while the
+scaler has it at zero (labelled `jetway.dev/scale-from-zero` when its range allows zero, so the router holds its
+requests while a replica starts).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from contracts.events import StatusCondition, StatusSlice
+from contracts import scaling
+from contracts.events import Decision, StatusCondition, StatusSlice
 from contracts.gateway import GatewayReconciled, RoutesAdmitted
 from contracts.gatewayapi import GatewayView, NoGateway, choose_gateway
 from contracts.modeldeployment import ModelDeployment
@@ -65,6 +68,21 @@ class Inputs:
     epp_image: str = DEFAULT_EPP_IMAGE
     api_formats: tuple[str, ...] = ()  # what the provider's engine speaks (its effective apiFormats); () unknown
     pools: Collection[str] = ()  # "namespace/name" of the providers' own InferencePools the watcher saw exist
+    scaled_to_zero: bool = False  # the scaler took it to zero: its objects stand, no pod runs, and it serves again on demand
+    from_zero: bool = False  # its autoscaling allows zero: the router holds its requests while it starts again
+
+
+def serving(inputs: Inputs) -> bool:
+    """Whether the deployment serves, or would on demand: it runs, or the scaler took it to zero."""
+    return inputs.running or inputs.scaled_to_zero
+
+
+def scale_state(md: ModelDeployment, decision: Decision | None) -> tuple[bool, bool]:
+    """(scaled to zero, may go to zero) from the deployment's autoscaling and the scaler's last decision."""
+    autoscaling = scaling.autoscaling_of(md)
+    if autoscaling is None:
+        return False, False
+    return scaling.current_replicas(md, decision) == 0, autoscaling.minReplicas == 0
 
 
 @dataclass(frozen=True)
@@ -285,13 +303,15 @@ def reference_grant(inputs: Inputs, pool: tuple[str, str]) -> dict[str, Any]:
 
 def member(inputs: Inputs) -> dict[str, Any] | None:
     """The deployment as a member of Jetway's own router: its Service, by cluster IP."""
-    if not inputs.cluster or not inputs.running or not inputs.endpoint or not inputs.service_ip or inputs.service_ip == "None":
+    if not inputs.cluster or not serving(inputs) or not inputs.endpoint or not inputs.service_ip or inputs.service_ip == "None":
         return None
     served = inputs.md.spec.model.servedName or inputs.md.spec.model.id or inputs.key.name
     # cluster-scoped (the spec ignores its namespace): named apart per namespace, owned by annotation
     labels = {**_labels(inputs.key), MODEL_DEPLOYMENT_NAMESPACE: inputs.key.namespace}
     if inputs.api_formats:  # the router sends it only the APIs its provider's engine speaks (services/router/apis.py)
         labels.update(format_labels(list(inputs.api_formats)))
+    if inputs.from_zero:  # the router holds a request for it while it has no replica, and the scaler starts one
+        labels[scaling.SCALE_FROM_ZERO] = "true"
     meta: dict[str, Any] = {"name": cluster_scoped_name(inputs.key), "labels": labels}
     if inputs.uid:
         meta["annotations"] = {OWNER_UID: inputs.uid}
@@ -334,8 +354,8 @@ def plan(inputs: Inputs) -> Plan | None:
             ),
             member=router_member,
         )
-    if not inputs.running:
-        return None  # the Gateway sends traffic only to a deployment that runs
+    if not serving(inputs):
+        return None  # the Gateway sends traffic only to a deployment that runs (or is at zero, and starts on demand)
     chosen = choose_gateway(inputs.gateways, inputs.configured)
     if isinstance(chosen, NoGateway):
         return Plan(decision(inputs, False, "NoGateway", chosen.message, objects=members), member=router_member)

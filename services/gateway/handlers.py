@@ -23,7 +23,7 @@ from contracts.events import Decision, Envelope
 from contracts.gateway import GatewayReconciled, RoutesAdmitted
 from contracts.objects import ref as reference
 from contracts.providerconfig import EngineCapability, EngineGateway
-from contracts.subjects import GATEWAY, SELECTOR, WATCHER, WORKLOAD, Key, kind_filter
+from contracts.subjects import GATEWAY, SCALER, SELECTOR, WATCHER, WORKLOAD, Key, kind_filter
 from runtime.desired import withdraw
 from runtime.kube import Kube, KubeError
 from runtime.kubewriter import KubeWriter, NotServed, ResourceConflict
@@ -42,6 +42,7 @@ class GatewayService(Service):
         kind_filter("ModelDeployment", SELECTOR),
         kind_filter("ModelDeployment", WORKLOAD),
         kind_filter("ModelDeployment", OBSERVED),
+        kind_filter("ModelDeployment", SCALER),  # at zero, its router member stands
         kind_filter("ModelDeployment", SELF),
         kind_filter("InferenceProviderConfig"),
         kind_filter("Gateway", OBSERVED),
@@ -130,6 +131,7 @@ class GatewayService(Service):
             self.epp_image,
             tuple(engine.effective_api_formats()) if (engine := self._engine(d)) else (),
             self.state.pools.keys(),
+            *decide.scale_state(d.applied, d.scale),
         )
         plan = decide.plan(inputs)
         if plan is None:

@@ -18,7 +18,7 @@ from contracts.gatewayapi import GatewayView
 from contracts.modeldeployment import ModelDeployment
 from contracts.pipeline import ProviderSelected
 from contracts.providerconfig import InferenceProviderConfigSpec
-from contracts.subjects import SELECTOR, SPEC, WORKLOAD, Key
+from contracts.subjects import SCALER, SELECTOR, SPEC, WORKLOAD, Key
 from runtime import desired
 from runtime.desired import Desired
 from services.gateway.decide import ROUTING
@@ -29,6 +29,7 @@ class RoutedDeployment(Desired[ModelDeployment]):
     selection: ProviderSelected | None = None
     workload: Decision | None = None  # the workload service's last decision: phase, status.endpoint
     observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
+    scale: Decision | None = None  # the scaler's last decision: whether it is at zero (contracts/scaling.py)
 
     @property
     def running(self) -> bool:
@@ -48,7 +49,7 @@ class RoutedDeployment(Desired[ModelDeployment]):
 
 @dataclass
 class GatewayState:
-    snapshot_version = 4  # runtime/snapshots.py: bump when what fold() keeps here changes (4: pools)
+    snapshot_version = 5  # runtime/snapshots.py: bump when what fold() keeps here changes (4: pools; 5: the scaler's count)
 
     deployments: dict[Key, RoutedDeployment] = field(default_factory=dict)
     providers: dict[str, InferenceProviderConfigSpec] = field(default_factory=dict)
@@ -120,3 +121,5 @@ class GatewayState:
             deployment.workload = event
         elif envelope.facet == OBSERVED and isinstance(event, ObjectObserved):
             deployment.observed[(event.object_kind, event.object_name)] = event
+        elif envelope.facet == SCALER and isinstance(event, Decision):
+            deployment.scale = event

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts import scaling
 from contracts.events import Decision, StatusCondition, StatusReported, StatusSlice
 from contracts.objects import ref
 from contracts.pipeline import ImageResolution, ProviderSelected, RenderFailed, StoragePlanned, WorkloadRendered, WorkloadWithdrawn
@@ -136,7 +137,8 @@ def decide(
             message=f"provider {provider} renders this deployment with its own controller; Jetway does not",
         )
         return [*steps, Intent(StatusReported(generation=d.generation, status=StatusSlice(conditions=(condition,))))]
-    inputs = Inputs(d.key, d.uid, d.applied, selection.engine, storage, gateway_available, settings or {})
+    count = scaled(d, provider)
+    inputs = Inputs(d.key, d.uid, d.applied, selection.engine, storage, gateway_available, settings or {}, scaled=count)
     prepared = prepare(d, provider, inputs, image)
     if isinstance(prepared, RenderFailed):
         return [*steps, Intent(prepared)]
@@ -167,6 +169,18 @@ def decide(
         wanted = {_key(o) for o in objects}
         stale = [o for o in previous.objects if _key(o) not in wanted]
     return [*steps, Intent(rendered(d, provider, objects, inputs, cluster=cluster, prepared=prepared), write=objects, remove=stale)]
+
+
+def scaled(d: Deployment, provider: str) -> int | None:
+    """The count an autoscaled deployment is rendered with: the scaler's (applied) decision within the spec's range,
+    else its starting count; None when it is not autoscaled, or on a provider whose objects cannot take a changed
+    count (KAITO, KubeRay: they render `spec.scaling.replicas` as they always did)."""
+    if d.applied is None:
+        return None
+    can = scaling.provider_scaling(provider)
+    if can is None or not can.scales:
+        return None
+    return scaling.current_replicas(d.applied, d.scale, floor=0 if can.to_zero else 1)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from contracts.cluster import DISCOVERY, ApisDiscovered, WorkloadObserved, delet
 from contracts.conditions import same_decision
 from contracts.events import Decision, Envelope, StatusReported, StatusSlice
 from contracts.pipeline import ProviderRegistered, WorkloadRendered
-from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WATCHER, Key, kind_filter
+from contracts.subjects import OBSERVED, SCALER, SELECTOR, SPEC, STORAGE, WATCHER, Key, kind_filter
 from runtime.kubewriter import NotServed, ResourceConflict
 from runtime.service import Effects, Runner, Service
 from runtime.writer import RecordedWriter, Writer
@@ -35,6 +35,7 @@ class WorkloadService(Service):
         kind_filter("ModelDeployment", SELECTOR),
         kind_filter("ModelDeployment", STORAGE),
         kind_filter("ModelDeployment", OBSERVED),
+        kind_filter("ModelDeployment", SCALER),  # an autoscaled deployment's count
         kind_filter(PROVIDER_KIND),
         DISCOVERY.subject(WATCHER),
     )

@@ -17,7 +17,7 @@ from contracts.pipeline import (
     WorkloadRendered,
     WorkloadWithdrawn,
 )
-from contracts.subjects import OBSERVED, SELECTOR, SPEC, STORAGE, WORKLOAD, Key
+from contracts.subjects import OBSERVED, SCALER, SELECTOR, SPEC, STORAGE, WORKLOAD, Key
 from runtime import desired
 from runtime.desired import Desired
 
@@ -31,6 +31,7 @@ class Deployment(Desired[ModelDeployment]):
     rendered: WorkloadRendered | None = None  # the objects it stands for now (until withdrawn)
     observed: dict[tuple[str, str], ObjectObserved] = field(default_factory=dict)  # (kind, name) → the cluster's last report
     image: ImageResolution | None = None  # Direct vLLM: the image's last resolution (reused while requested is unchanged)
+    scale: Decision | None = None  # the scaler's last decision (contracts/scaling.py): the count an autoscaled one runs at
 
     def holding(self) -> bool:
         return self.rendered is not None  # a failed render after a render leaves the rendered objects standing
@@ -58,7 +59,7 @@ class ProviderConfig:
 
 @dataclass
 class WorkloadState:
-    snapshot_version = 3  # runtime/snapshots.py: bump when what fold() keeps here changes
+    snapshot_version = 4  # runtime/snapshots.py: bump when what fold() keeps here changes (4: the scaler's count)
 
     deployments: dict[Key, Deployment] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
@@ -97,3 +98,5 @@ class WorkloadState:
             deployment.selection = event
         elif envelope.facet == STORAGE and isinstance(event, StoragePlanned | StorageInvalid):
             deployment.storage = event
+        elif envelope.facet == SCALER and isinstance(event, Decision):
+            deployment.scale = event

@@ -31,6 +31,7 @@ class Inputs:
     # provider settings from the workload service's environment, read at start-up (KAITO's AIRUNWAY_KAITO_*)
     settings: Mapping[str, str] = field(default_factory=dict)
     default_image: str = ""  # Direct vLLM: its default image as resolved (by digest); "" for the default tag
+    scaled: int | None = None  # an autoscaled deployment's count (the scaler's, services/workload/decide.py); None: the spec's
 
     @property
     def name(self) -> str:
@@ -54,7 +55,10 @@ class Inputs:
 
     @property
     def replicas(self) -> int:
-        """`scaling.replicas`, 0 included: a deployment scaled to zero runs no pod (AI Runway renders 1)."""
+        """`scaling.replicas`, 0 included: a deployment scaled to zero runs no pod (AI Runway renders 1); an
+        autoscaled one's, the count the scaler decided."""
+        if self.scaled is not None:
+            return self.scaled
         return self.spec.scaling.replicas if self.spec.scaling else 1
 
     def image(self, default: str) -> str:
