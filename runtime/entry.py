@@ -28,7 +28,7 @@ from runtime.kube import Kube
 from runtime.leases import LeaseSettings, replica_id
 from runtime.process import settle_heap
 from runtime.replica import Replica
-from runtime.service import Runnable, Service, run_until_stopped
+from runtime.service import Runnable, Runner, RunnerSettings, Service, run_until_stopped
 from runtime.settings import Settings
 
 Stop = Callable[[], Awaitable[None]]
@@ -36,7 +36,11 @@ Stop = Callable[[], Awaitable[None]]
 
 @dataclass
 class Context:
-    """What a service's `build` gets: its connections and a place for what starts once it is ready."""
+    """What a service's `start` gets: its connections and a place for what starts once it is ready.
+
+    A process (`run` below) makes one replicated: each partitioned service shares its partitions with its other
+    replicas through leases. `jetway up`, the tests and the benchmarks start services side by side in one
+    process (services/catalog.py) with `replicated=False`: each is then one plain runner over every partition."""
 
     nc: Client
     kube: Kube | None  # Kubernetes mode only
@@ -44,6 +48,8 @@ class Context:
     after_ready: list[Callable[[], Awaitable[Stop]]] = field(default_factory=list)  # servers: start, return their stop
     checks: list[Callable[[], bool]] = field(default_factory=list)  # extra readiness conditions
     before_stop: list[Callable[[], Awaitable[object]]] = field(default_factory=list)  # on SIGTERM, before the services stop
+    replicated: bool = True  # False: the only one of its service (in one process with the others): no leases
+    runner: RunnerSettings | None = None  # the runners' settings (tests: short backoffs); None: the defaults
 
     @property
     def resync_interval(self) -> float:
@@ -62,9 +68,12 @@ class Context:
     def cluster(self) -> bool:
         return self.kube is not None
 
-    def scaled(self, name: str, make: Callable[[], Service]) -> Replica:
-        """This process's replica of a partitioned service: a shard of `make()` per partition it holds."""
-        return Replica(name, make, self.nc, replica=self.replica, leases=self.leases)
+    def scaled(self, name: str, make: Callable[[], Service]) -> Replica | Runner:
+        """This process's replica of a partitioned service: a shard of `make()` per partition it holds; not
+        replicated, one runner of `make()` over every partition."""
+        if not self.replicated:
+            return Runner(make(), self.nc, self.runner)
+        return Replica(name, make, self.nc, self.runner, replica=self.replica, leases=self.leases)
 
 
 @dataclass(frozen=True)

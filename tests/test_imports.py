@@ -136,7 +136,7 @@ def test_no_import_circle_between_modules() -> None:
 
 def _service_of(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if parts[0] == "services" and len(parts) > 2 else None  # services/pipeline.py composes: no room
+    return parts[1] if parts[0] == "services" and len(parts) > 2 else None  # services/catalog.py composes: no room
 
 
 def test_no_service_package_imports_another_services_internals() -> None:
