@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import secrets
 import signal
 import sys
@@ -25,13 +24,13 @@ from typing import Any
 from cli.config import ClientConfig, data_dir
 from runtime import logs, settings, telemetry
 from runtime.bus import connect
+from runtime.entry import Context
 from runtime.natsserver import NatsServer, NatsServerError
 from runtime.process import settle_heap
 from runtime.secrets import FileSecrets
-from runtime.service import Runner
+from runtime.service import Runnable
 from runtime.settings import Settings
-from services import pipeline
-from services.binding.handlers import BindingService
+from services import catalog
 from services.console import api
 from services.console.web import Console
 from services.router import main as router_main
@@ -40,7 +39,6 @@ from services.router.keyfile import KeyFile
 from services.router.keys import Gate
 from services.router.metrics import RECORDER
 from services.watcher import main as watcher_main
-from services.workload import registry, render
 
 log = logging.getLogger("jetway.up")
 DEFAULT_API_PORT = 8181
@@ -175,7 +173,6 @@ async def up(options: Options) -> int:
     telemetry.setup("up")
     try:
         configured = options.settings or settings.read()
-        resolver = registry.configured(configured.images, cluster=False)  # JETWAY_IMAGE_RESOLUTION=registry: tags → digests
     except ValueError as exc:
         say(f"error: {exc}")
         return 2
@@ -219,18 +216,13 @@ async def up(options: Options) -> int:
         keyfile = KeyFile.in_store(secret_store)
         keyfile.load()
         router.routes.keys = Gate(lambda: keyfile.ring)
-    # the renderers' settings from this environment (KAITO's AIRUNWAY_KAITO_*), as `python -m services.workload` reads them
-    provider_settings = render.settings(os.environ)
     console = Console(recorder=RECORDER)  # the pages' router figures: the router's counters in this process
     door = api.standalone(nc, watcher.service, token, console)
-    runners: list[Runner] = [
-        watcher.runner,
-        door.runner,
-        router.runner,
-        *pipeline.build(nc, resolver=resolver, provider_settings=provider_settings),
-        Runner(BindingService(), nc),
-    ]
-    tasks = [asyncio.create_task(r.run(), name=r.service.name) for r in runners]
+    # the rest as their own processes start them (services/catalog.py), from the settings read above: the workload
+    # reads its image resolution (JETWAY_IMAGE_RESOLUTION) and its renderers' settings (AIRUNWAY_KAITO_*) itself
+    context = Context(nc, None, configured, replicated=False)
+    runners: list[Runnable] = [watcher.runner, door.runner, router.runner, *await catalog.start(context, catalog.STANDALONE)]
+    tasks = [asyncio.create_task(r.run(), name=r.name) for r in runners]
     # tasks that run until cancelled (they have no stop of their own): cancelled on the way out
     background: list[asyncio.Task[Any]] = []
     if keyfile is not None:
@@ -257,7 +249,7 @@ async def up(options: Options) -> int:
                     task.result()
             return 1 if failed else 0
         # the built-in providers registered, so a first apply may choose any of them (a Ctrl-C meanwhile stops at once)
-        known = asyncio.ensure_future(pipeline.providers_known(runners))
+        known = asyncio.ensure_future(catalog.providers_known(runners))
         await asyncio.wait([known, stopped, closed], return_when=asyncio.FIRST_COMPLETED)
         known.cancel()
         if stop.is_set():
