@@ -26,10 +26,11 @@ import aiohttp
 from contracts.events import ResourceApplied, encode, new_envelope
 from contracts.subjects import Key
 from runtime.bus import EVENTS_STREAM, connect, ensure_streams
+from runtime.entry import Context
 from runtime.eventstore import EventStore
 from runtime.natsserver import NatsServer
 from runtime.service import Runner
-from services import pipeline
+from services import catalog
 from services.console import api
 from services.console.web import Console
 from services.watcher import main as watcher_main
@@ -81,7 +82,7 @@ async def rendered_all(workload: WorkloadService, n: int, timeout: float) -> Non
 
 
 async def start_pipeline(nc: Any) -> tuple[list[Runner], list[asyncio.Task[None]], WorkloadService]:
-    runners = pipeline.build(nc)
+    runners = catalog.runners(await catalog.start(Context(nc, None, replicated=False), catalog.PIPELINE))  # as `jetway up` does
     tasks = [asyncio.create_task(r.run()) for r in runners]
     await asyncio.gather(*(r.ready.wait() for r in runners))
     workload = runners[2].service

@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
 
+from runtime import settings as tree
 from runtime.bus import connect
+from runtime.entry import Context
 from runtime.kube import Kube, KubeError
-from runtime.kubewriter import KubeWriter
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
-from services.binding.handlers import BindingService
-from services.gateway.handlers import GatewayService
+from services import catalog
 from services.router import main as router_main
 from services.router import protocol
-from services.selector.handlers import SelectorService
-from services.storage.handlers import StorageService
 from services.watcher import main as watcher_main
 from services.watcher.cluster import ClusterSync
-from services.workload.handlers import WorkloadService
 from testbed.kubeapi import Cluster
 from testbed.waiting import eventually
 
@@ -57,24 +54,23 @@ class Controller:
         assert service.cluster is not None
         return service.cluster
 
-    def _builders(self) -> dict[str, Callable[[Client, Kube], Runner]]:
-        def watcher(nc: Client, kube: Kube) -> Runner:
+    async def _runner(self, name: str, nc: Client, kube: Kube) -> Runner:
+        # The watcher and the router are built here, not by their process's start: that takes leases on the watcher's
+        # kinds and serves its webhook with a certificate issued into a Secret, and serves the router on its setting's
+        # port; the tests watch one namespace (or every one) and serve the router's routes on a free port themselves.
+        if name == "watcher":
             return watcher_main.build(nc, settings=SETTINGS, cluster=kube, namespace=self.namespace, resync_interval=self.resync).runner
-
-        def router(nc: Client, kube: Kube) -> Runner:
+        if name == "router":
             router = router_main.build(nc, FileSecrets(self.secrets), probe_interval=0.2, settings=SETTINGS)
             self.routes = router.routes
             return router.runner
-
-        return {
-            "watcher": watcher,
-            "selector": lambda nc, kube: Runner(SelectorService(), nc, SETTINGS),
-            "storage": lambda nc, kube: Runner(StorageService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
-            "workload": lambda nc, kube: Runner(WorkloadService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
-            "gateway": lambda nc, kube: Runner(GatewayService(kube, resync_interval=self.resync), nc, SETTINGS),
-            "binding": lambda nc, kube: Runner(BindingService(KubeWriter(kube), resync_interval=self.resync), nc, SETTINGS),
-            "router": router,
-        }
+        # The others as their pods start them (services/catalog.py), one runner each (no replicas); their readiness
+        # checks and after-ready work are a pod's /readyz, which no test reads. No registry is reachable from a test:
+        # image resolution off.
+        settings = tree.Settings(kube=tree.Kube(resync_seconds=self.resync), images=tree.Images(resolution="off"))
+        context = Context(nc, kube, settings, replicated=False, runner=SETTINGS)
+        [runner] = catalog.runners(await catalog.start(context, (name,)))
+        return runner
 
     async def serve_router(self) -> str:
         """Jetway's router on 127.0.0.1 (the "router" service must be running); its base URL."""
@@ -84,14 +80,13 @@ class Controller:
         return f"http://127.0.0.1:{port}"
 
     async def start(self, *names: str) -> None:
-        builders = self._builders()
         names = names or self.services
         for name in names:
             nc = await connect(self.nats_url, name=name)
             kube = await self.cluster.connect(self.identities.get(name))
             if name in self.hosts:
                 kube.api.configuration.host = self.hosts[name]
-            runner = builders[name](nc, kube)
+            runner = await self._runner(name, nc, kube)
             self.connections[name], self.kubes[name], self.runners[name] = nc, kube, runner
             self.tasks[name] = asyncio.create_task(runner.run(), name=name)
         started = [self.runners[n] for n in names]

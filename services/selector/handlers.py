@@ -34,7 +34,7 @@ class SelectorService(Service):
 
     async def knows(self, names: Collection[str], timeout: float) -> bool:
         """Wait until every provider in `names` is folded here, told by the fold that makes it so; False after
-        `timeout`. Standalone start-up waits on the built-in ones (services/pipeline.py `providers_known`)."""
+        `timeout`. Standalone start-up waits on the built-in ones (services/catalog.py `providers_known`)."""
         wanted = frozenset(names)
         return await self._waits.until(lambda: wanted <= self.state.providers.keys(), timeout)
 

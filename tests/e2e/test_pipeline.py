@@ -13,10 +13,10 @@ from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
-from services import pipeline
+from services import catalog
 from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
-from tests.support.stack import SETTINGS, Stack, running_pipeline
+from tests.support.stack import Stack, running_pipeline, started
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ async def test_restarting_the_three_services_re_emits_nothing(stack: Stack, serv
     before = await store.stream_last_seq()
     for runner in services:
         runner.stop()
-    again = pipeline.build(nc, settings=SETTINGS)
+    again = await started(nc, catalog.PIPELINE)
     tasks = [asyncio.create_task(r.run()) for r in again]
     await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in again)), 20)
     for runner in again:

@@ -16,12 +16,12 @@ from contracts.subjects import Key, facet_filter
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
-from services import pipeline
+from services import catalog
 from services.selector.handlers import SelectorService
 from services.workload.providers import BUILTIN, builtin_configs
 from testbed.waiting import eventually
 from tests.contracts.cases import changed
-from tests.support.stack import SETTINGS, Stack, running_pipeline
+from tests.support.stack import Stack, running_pipeline, started
 
 VLLM = Key("InferenceProviderConfig", "", "vllm")
 
@@ -110,10 +110,10 @@ async def test_start_up_goes_on_once_the_selector_has_folded_every_built_in_prov
     provider, or a first apply is chosen among some of them. The wait begins before the services run (nothing
     known) and is answered by the selector's fold, not found by a poll."""
     nc = await connect(stack.nats_url, name="pipeline")
-    runners = pipeline.build(nc, settings=SETTINGS)
+    runners = await started(nc, catalog.PIPELINE)
     selector = runners[0].service
     assert isinstance(selector, SelectorService) and not selector.state.providers
-    known = asyncio.create_task(pipeline.providers_known(runners, timeout=30))
+    known = asyncio.create_task(catalog.providers_known(runners, timeout=30))
     tasks = [asyncio.create_task(r.run()) for r in runners]
     try:
         assert await known

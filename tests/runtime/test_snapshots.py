@@ -27,7 +27,7 @@ from runtime.resources import Resources
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings, Service
 from runtime.snapshots import BUCKET_PREFIX, Codec, SnapshotSettings, SnapshotStore
-from services import pipeline
+from services import catalog
 from services.binding.handlers import BindingService
 from services.console.handlers import ConsoleService
 from services.gateway.handlers import GatewayService
@@ -43,7 +43,7 @@ from services.workload.handlers import WorkloadService
 from testbed.waiting import eventually
 from tests.contracts.cases import AD, APC, IPC, MD, MEMBER, changed
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, quiet, running_stack
+from tests.support.stack import SETTINGS, quiet, running_stack, started
 
 OFTEN = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(every_events=3, every_seconds=3600.0))
 NEVER = dataclasses.replace(SETTINGS, snapshots=SnapshotSettings(enabled=False))
@@ -106,12 +106,7 @@ async def test_every_service_rebuilds_from_its_snapshot_and_the_tail_what_a_full
     secrets = FileSecrets(tmp_path / "secrets")
     async with running_stack(nats.url, tmp_path, settings=OFTEN) as stack:
         stack.secrets.set("gpu-a-token", SECRET)
-        live = [
-            stack.watcher.runner,
-            stack.router.runner,
-            *pipeline.build(client, settings=OFTEN),
-            Runner(BindingService(), client, OFTEN),
-        ]
+        live = [stack.watcher.runner, stack.router.runner, *await started(client, catalog.STANDALONE, runner=OFTEN)]
         tasks = [asyncio.create_task(r.run()) for r in live[2:]]
         try:
             await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in live)), 20)

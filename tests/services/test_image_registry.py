@@ -23,7 +23,8 @@ from contracts.subjects import Key
 from runtime.bus import connect
 from runtime.eventstore import EventStore
 from runtime.service import Runner
-from services import pipeline
+from runtime.settings import Images, Settings
+from services import catalog
 from services.workload import registry
 from services.workload.handlers import WorkloadService
 from testbed.registry.fixtures import oci
@@ -31,11 +32,12 @@ from testbed.registry.server import Registry
 from testbed.waiting import eventually
 from tests.contracts.cases import MD, changed
 from tests.support.nats import NatsEndpoint
-from tests.support.stack import SETTINGS, Stack, running_stack
+from tests.support.stack import Stack, running_stack, started
 
 __all__ = ["oci"]  # the registry fixture (testbed/registry/fixtures.py)
 
 NOW = datetime(2026, 5, 4, 12, 0, tzinfo=UTC)
+RESOLVING = Settings(images=Images(resolution="registry"))  # JETWAY_IMAGE_RESOLUTION=registry: standalone, it is off
 
 
 def test_a_tag_resolves_to_the_digest_the_registry_gives_it(oci: Registry) -> None:
@@ -135,7 +137,7 @@ class Pipeline:
 async def services(stack: Stack) -> AsyncIterator[Pipeline]:
     nc = await connect(stack.nats_url, name="pipeline")
     running = Pipeline(stack)
-    await running.start(pipeline.build(nc, settings=SETTINGS, resolver=registry.RegistryResolver()))
+    await running.start(await started(nc, catalog.PIPELINE, RESOLVING))
     yield running
     for runner in list(running.runners):
         await running.stop(runner)
@@ -199,7 +201,7 @@ async def test_the_workload_records_the_resolution_shows_it_and_reuses_it_while_
     await services.stop(workload)
     nc = await connect(stack.nats_url, name="workload-again")
     try:
-        await services.start([Runner(WorkloadService(resolver=registry.RegistryResolver()), nc, SETTINGS)])
+        await services.start(await started(nc, ("workload",), RESOLVING))
         assert await workload_history(stack, "custom") == recorded
 
         # the registry forgets the tag; a new generation with the same image reuses the resolution, asking nothing

@@ -7,28 +7,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from nats.aio.client import Client
 
 from contracts.subjects import ALL_PARTITIONS
+from runtime import settings as tree
 from runtime.bus import connect
-from runtime.leases import LeaseSettings
+from runtime.entry import Context
 from runtime.replica import Replica
-from runtime.service import Service
-from services.binding.handlers import BindingService
-from services.selector.handlers import SelectorService
-from services.storage.handlers import StorageService
-from services.workload.handlers import WorkloadService
+from services import catalog
 from tests.support.stack import SETTINGS
-
-PIPELINE: dict[str, Callable[[], Service]] = {
-    "selector": SelectorService,
-    "storage": StorageService,
-    "workload": WorkloadService,
-    "binding": BindingService,
-}
 
 
 @dataclass
@@ -65,7 +55,7 @@ class Replicas:
 
 @contextlib.asynccontextmanager
 async def running_replicas(
-    nats_url: str, count: int, *, ttl: float = 3.0, services: tuple[str, ...] = tuple(PIPELINE)
+    nats_url: str, count: int, *, ttl: float = 3.0, services: tuple[str, ...] = catalog.STANDALONE
 ) -> AsyncIterator[Replicas]:
     settings = dataclasses.replace(SETTINGS)
     found = Replicas()
@@ -74,7 +64,10 @@ async def running_replicas(
             found.running[name] = []
             for index in range(count):
                 nc = await connect(nats_url, name=f"{name}-{index}")
-                replica = Replica(name, PIPELINE[name], nc, settings, replica=f"{name}-{index}", leases=LeaseSettings(ttl))
+                # as its process starts it (services/catalog.py), named and leased as JETWAY_REPLICA and JETWAY_LEASE_TTL_SECONDS say
+                leases = tree.Leases(replica=f"{name}-{index}", ttl=ttl)
+                [replica] = await catalog.start(Context(nc, None, tree.Settings(leases=leases), runner=settings), (name,))
+                assert isinstance(replica, Replica)
                 found.running[name].append(Running(replica, nc, asyncio.create_task(replica.run(), name=f"{name}-{index}")))
         for name in services:
             replicas = found.running[name]

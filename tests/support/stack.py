@@ -17,10 +17,11 @@ import aiohttp
 from nats.aio.client import Client
 
 from runtime.bus import EVENTS_STREAM, connect
+from runtime.entry import Context
 from runtime.secrets import FileSecrets
 from runtime.service import Runner, RunnerSettings
-from services import pipeline
-from services.binding.handlers import BindingService
+from runtime.settings import Settings
+from services import catalog
 from services.console import api
 from services.console.handlers import ConsoleService
 from services.console.web import Console
@@ -165,15 +166,22 @@ async def running_stack(
         await nc.close()
 
 
+async def started(nc: Client, names: tuple[str, ...], settings: Settings | None = None, runner: RunnerSettings = SETTINGS) -> list[Runner]:
+    """The services `names` as `jetway up` starts them (services/catalog.py), not yet running: with the tests' short
+    backoffs (`runner`) and `settings` in place of the process's."""
+    context = Context(nc, None, settings or Settings(), replicated=False, runner=runner)
+    return catalog.runners(await catalog.start(context, names))
+
+
 @contextlib.asynccontextmanager
 async def running_pipeline(nats_url: str, *, ready_timeout: float = 30.0) -> AsyncIterator[list[Runner]]:
     """The selector, storage and workload services beside a stack, on their own connection."""
     nc = await connect(nats_url, name="pipeline")
-    runners = pipeline.build(nc, settings=SETTINGS)
+    runners = await started(nc, catalog.PIPELINE)
     tasks = [asyncio.create_task(r.run()) for r in runners]
     try:
         await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in runners)), ready_timeout)
-        assert await pipeline.providers_known(runners, timeout=ready_timeout), "the built-in providers were not registered"
+        assert await catalog.providers_known(runners, timeout=ready_timeout), "the built-in providers were not registered"
         yield runners
     finally:
         for runner in runners:
@@ -186,7 +194,7 @@ async def running_pipeline(nats_url: str, *, ready_timeout: float = 30.0) -> Asy
 async def running_binding(nats_url: str, *, ready_timeout: float = 30.0) -> AsyncIterator[Runner]:
     """The binding service beside a stack (as `jetway up` runs it), so agents get a resolved model binding."""
     nc = await connect(nats_url, name="binding")
-    runner = Runner(BindingService(), nc, SETTINGS)
+    [runner] = await started(nc, ("binding",))
     task = asyncio.create_task(runner.run())
     try:
         await asyncio.wait_for(runner.ready.wait(), ready_timeout)
