@@ -37,6 +37,7 @@ from contracts.subjects import (
     OBSERVED,
     REPORTED,
     ROUTER,
+    SCALER,
     SELECTOR,
     SIGNAL_PREFIX,
     SPEC,
@@ -53,6 +54,8 @@ NAMESPACE = "jetway-system"
 USER_ENV = "JETWAY_NATS_USER"  # what a service process reads (runtime/bus.py, Credentials.from_env)
 PASSWORD_ENV = "JETWAY_NATS_PASSWORD"
 PROBE_SIGNALS = f"{SIGNAL_PREFIX}.probed"  # contracts.router.PROBE_SIGNALS
+LOAD_SIGNALS = f"{SIGNAL_PREFIX}.load"  # contracts.scaling.LOAD_SIGNALS: each member's load, for the scaler
+DEMAND_SIGNALS = f"{SIGNAL_PREFIX}.demand"  # contracts.scaling.DEMAND_SIGNALS: requests held for a deployment at zero
 COMPUTE_SIGNALS = f"{SIGNAL_PREFIX}.compute.*.*"  # services.router.signal.subject(agent, operation)
 
 # Kinds as the subjects spell them come from Key.kind_token (the kind, lower-cased).
@@ -115,10 +118,13 @@ SERVICES: tuple[ServiceUser, ...] = (
         "router",
         ("router",),  # the data plane: the OpenAI-compatible router and its prober
         (Writes(ROUTER, ("InferencePoolMember",)),),
-        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS),  # probe times for the watcher; requests to compute agents
+        # probe times for the watcher; requests to compute agents; the members' load and held demand for the scaler
+        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS, LOAD_SIGNALS, DEMAND_SIGNALS),
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
+    # the autoscaler: a deployment's replica count, from the load the router publishes
+    ServiceUser("scaler", ("scaler",), (Writes(SCALER, ("ModelDeployment",)),), subscribes=(LOAD_SIGNALS, DEMAND_SIGNALS)),
     # the console in a cluster writes no facet (a change goes to Kubernetes as the user); it reads the log and
     # the members' probe times, and cannot change the streams' settings
     ServiceUser("console", ("console",), (), subscribes=(PROBE_SIGNALS,), manages_streams=False),

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from cli.render import objects_for
+from contracts import natsauth, scaling
 from contracts.admission import admit
 from contracts.agents import AgentDeployment, AgentProviderConfig
 from contracts.gatewayapi import GatewayView
@@ -67,7 +68,7 @@ def test_every_object_passes_kubernetes_validate(folder: str) -> None:
 
 def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[dict[str, Any]]) -> None:
     deployments = of_kind(objects, "Deployment")
-    services = ("watcher", "selector", "storage", "workload", "gateway", "router", "binding", "console")
+    services = ("watcher", "selector", "storage", "workload", "gateway", "router", "binding", "console", "scaler")
     assert set(deployments) == {f"jetway-{s}" for s in services}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
@@ -82,7 +83,7 @@ def test_each_service_runs_locked_down_with_probes_and_resources(objects: list[d
         assert pod["serviceAccountName"] == name
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["JETWAY_MODE"] == "cluster" and env["JETWAY_NATS_URL"] == "nats://jetway-nats:4222"
-    for nats_only in ("jetway-selector", "jetway-router", "jetway-console"):  # no token of their own in the pod
+    for nats_only in ("jetway-selector", "jetway-router", "jetway-console", "jetway-scaler"):  # no token of their own in the pod
         assert not deployments[nats_only]["spec"]["template"]["spec"]["automountServiceAccountToken"], nats_only
     # the internet-facing router: its own ServiceAccount, members' credentials from a mounted Secret only
     router = deployments["jetway-router"]["spec"]["template"]["spec"]
@@ -164,6 +165,18 @@ def test_every_service_talks_to_nats_as_its_own_user(objects: list[dict[str, Any
         env = {e["name"]: e for e in deployments[f"jetway-{service.user}"]["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["JETWAY_NATS_USER"]["value"] == service.user
         assert env["JETWAY_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": SECRET_NAME, "key": service.user}
+
+
+def test_the_router_may_publish_the_scaling_signals_and_only_the_scaler_decides_counts() -> None:
+    """contracts/natsauth.py as the server enforces it: the router publishes each member's load and the demand it
+    holds (contracts/scaling.py), the scaler hears them and writes its own facet, and nobody else writes that."""
+    assert (natsauth.LOAD_SIGNALS, natsauth.DEMAND_SIGNALS) == (scaling.LOAD_SIGNALS, scaling.DEMAND_SIGNALS)
+    scaler = natsauth.permissions(natsauth.service_user("scaler"))
+    assert {scaling.LOAD_SIGNALS, scaling.DEMAND_SIGNALS} <= set(scaler["subscribe"])
+    facet = "jetway.evt.*.modeldeployment.*.*.scaler"
+    assert [s for s in scaler["publish"] if s.startswith("jetway.evt.")] == [facet]
+    assert {scaling.LOAD_SIGNALS, scaling.DEMAND_SIGNALS} <= set(natsauth.permissions(natsauth.service_user("router"))["publish"])
+    assert [u.user for u in NATS_USERS if facet in natsauth.permissions(u)["publish"]] == ["scaler"]
 
 
 def _rules(objects: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
@@ -280,6 +293,7 @@ def test_rbac_grants_each_service_what_its_code_writes_and_no_wildcards(objects:
         assert _allows(watcher, info.group, f"{info.plural}/status", "patch")
     assert not _allows(watcher, "apps", "deployments", "patch")  # reads workloads, never writes them
     assert _rules(objects, "jetway-selector") == []
+    assert _rules(objects, "jetway-scaler") == []  # its counts reach the cluster through the workload service
     assert _rules(objects, "jetway-router") == []  # the data plane may create, delete or read nothing in the cluster
     assert _rules(objects, "jetway-console") == []  # the console speaks to Kubernetes only with the user's own token
 
@@ -383,7 +397,7 @@ def test_the_tiltfile_loads_and_covers_the_whole_stack(builder: str) -> None:
     assert workloads <= set(tilt.resources)
     assert "8080:8080" in tilt.resources["jetway-router"]["forwards"] and "4222:4222" in tilt.resources["jetway-nats"]["forwards"]
     labels = {label for r in tilt.resources.values() for label in r["labels"]}
-    assert labels >= {"watcher", "selector", "storage", "workload", "gateway", "router"}
+    assert labels >= {"watcher", "selector", "storage", "workload", "gateway", "router", "scaler"}
     others = {f"{o['metadata']['name']}:{o['kind'].lower()}" for o in tilt.objects if o["kind"] not in ("Deployment", "StatefulSet")}
     loose = others - tilt.claimed - {"jetway-nats:service", "jetway-nats-headless:service"}  # Tilt attaches a workload's Services itself
     assert not loose, f"objects no resource groups: {sorted(loose)}"
