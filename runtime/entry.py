@@ -104,8 +104,9 @@ async def reload_when_changed(stop: asyncio.Event, root: Path, interval: float =
     if before is None:
         before = await asyncio.to_thread(sources_stamp, root)
     while not stop.is_set():
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
+        with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for can lose a cancellation on 3.11
+            async with asyncio.timeout(interval):
+                await stop.wait()
         if await asyncio.to_thread(sources_stamp, root) != before:
             stop.set()
             return True

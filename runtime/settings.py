@@ -271,6 +271,24 @@ class Kube:
 
 
 @dataclass(frozen=True)
+class Scaler:
+    """The autoscaler (services/scaler/, docs/autoscaling.md)."""
+
+    tick: float = setting(
+        "JETWAY_SCALER_TICK_SECONDS",
+        Number(least=0.05, most=60, unit="seconds"),
+        1.0,
+        "how often every autoscaled deployment is decided again",
+    )
+    stale: float = setting(
+        "JETWAY_SCALER_STALE_SECONDS",
+        Number(least=1, most=600, unit="seconds"),
+        15.0,
+        "a member's load reading older than this is forgotten (three of the router's probe ticks)",
+    )
+
+
+@dataclass(frozen=True)
 class Dial:
     """Which member addresses Jetway dials (the watcher admits, the router connects)."""
 
@@ -437,6 +455,7 @@ class Settings:
     snapshots: Snapshots = field(default_factory=Snapshots)
     leases: Leases = field(default_factory=Leases)
     kube: Kube = field(default_factory=Kube)
+    scaler: Scaler = field(default_factory=Scaler)
     dial: Dial = field(default_factory=Dial)
     watcher: Watcher = field(default_factory=Watcher)
     webhook: Webhook = field(default_factory=Webhook)

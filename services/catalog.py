@@ -43,7 +43,7 @@ SERVICES: dict[str, Declared] = {
     )
 }
 PIPELINE = ("selector", "storage", "workload")  # the ModelDeployment pipeline, in the order a deployment goes through it
-STANDALONE = (*PIPELINE, "binding")  # what `jetway up` starts here, beside the watcher, front door and router it composes
+STANDALONE = (*PIPELINE, "binding", "scaler")  # what `jetway up` starts here, beside the watcher, front door and router it composes
 
 
 async def start(context: Context, names: Iterable[str]) -> list[Runnable]:

@@ -19,6 +19,7 @@ from runtime.entry import Context, Declared
 from runtime.replica import Replica
 from runtime.service import Runner
 from services import catalog
+from services.scaler.handlers import ScalerService
 from services.workload.handlers import WorkloadService
 from services.workload.registry import RegistryResolver
 from services.workload.render import kaito
@@ -54,12 +55,21 @@ async def test_jetway_ups_standalone_services_are_one_plain_runner_each_over_eve
     (no server, readiness check or stop hook: up serves and stops only its own)."""
     context = Context(nc, None, tree.Settings(), replicated=False)
     started = await catalog.start(context, catalog.STANDALONE)
-    assert catalog.STANDALONE == ("selector", "storage", "workload", "binding")
+    assert catalog.STANDALONE == ("selector", "storage", "workload", "binding", "scaler")
     assert [r.name for r in started] == list(catalog.STANDALONE)
     assert all(isinstance(r, Runner) and r.partition is None for r in started)
     assert (context.after_ready, context.checks, context.before_stop) == ([], [], [])
     workload = catalog.runners(started)[2].service
     assert isinstance(workload, WorkloadService) and workload.resolver is None  # standalone: image resolution off
+    scaler = catalog.runners(started)[4].service
+    assert isinstance(scaler, ScalerService) and not scaler.applied, "standalone, the scaler only recommends"
+
+
+async def test_the_scalers_timing_comes_from_its_settings(nc: Client) -> None:
+    tuned = tree.Settings(scaler=tree.Scaler(tick=0.25, stale=30.0))
+    (runner,) = catalog.runners(await catalog.start(Context(nc, None, tuned, replicated=False), ("scaler",)))
+    assert isinstance(runner.service, ScalerService)
+    assert (runner.service.tick, runner.service.stale_after) == (0.25, 30.0)
 
 
 async def test_the_workload_takes_its_image_resolution_and_renderer_settings_from_what_up_read(

@@ -17,7 +17,8 @@ NAME = "scaler"
 async def start(context: Context) -> list[Runnable]:
     # the process's mode, not `context.kube`: a NATS-only service has no Kubernetes client in a cluster either
     applied = context.settings.process.cluster
-    return [context.scaled(NAME, lambda: ScalerService(applied=applied))]
+    tuned = context.settings.scaler
+    return [context.scaled(NAME, lambda: ScalerService(applied=applied, tick=tuned.tick, stale_after=tuned.stale))]
 
 
 SERVICE = Declared(NAME, start, uses_kube=False)  # NATS only: its pod mounts no token
