@@ -147,7 +147,7 @@ def http_json(url: str, timeout: float = 10, headers: dict[str, str] | None = No
 def test_the_documented_install_brings_everything_up(node: NodeCluster, installed: Installation) -> None:
     deployments = pods.get(node, "deployments", "-n", SYSTEM)["items"]
     assert {d["metadata"]["name"] for d in deployments} == {
-        f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway", "router", "binding", "console")
+        f"jetway-{s}" for s in ("watcher", "selector", "storage", "workload", "gateway", "router", "binding", "console", "scaler")
     }
     for deployment in deployments:
         conditions = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
