@@ -143,12 +143,7 @@ class WatcherService(Service):
         """Record what the cluster showed (Kubernetes mode): appended after the facet's last event."""
         assert self.runner is not None
         writes = self.runner.writes
-        subject = key.subject(facet)
-
-        async def append() -> None:
-            await writes.append(subject, event)
-
-        await writes.write(append)
+        await writes.write(lambda: writes.append(key.subject(facet), event))
 
     # --- applying --------------------------------------------------------------------------
 
