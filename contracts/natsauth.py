@@ -96,6 +96,20 @@ class ServiceUser:
 # services/gateway/handlers.py). Every `spec` is the watcher's: the workload's self-registration of the
 # built-in InferenceProviderConfigs goes to the API server in a cluster, and standalone it is a request on
 # the workload's own facet (ProviderRegistered) that the watcher records.
+BUDGET_BUCKET = "jetway-router-budgets"  # services.router.budget's names (a test keeps them equal)
+
+
+def budget_subjects() -> tuple[str, ...]:
+    """The router's ledger of client keys' limits (services/router/budget.py): its keys, written with a revision
+    check, and read one at a time; the bucket made on first use."""
+    stream = f"KV_{BUDGET_BUCKET}"
+    return (
+        f"$KV.{BUDGET_BUCKET}.>",
+        *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE")),
+        f"$JS.API.DIRECT.GET.{stream}.>",
+    )
+
+
 SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser(
         "watcher",
@@ -118,8 +132,9 @@ SERVICES: tuple[ServiceUser, ...] = (
         "router",
         ("router",),  # the data plane: the OpenAI-compatible router and its prober
         (Writes(ROUTER, ("InferencePoolMember",)),),
-        # probe times for the watcher; requests to compute agents; the members' load and held demand for the scaler
-        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS, LOAD_SIGNALS, DEMAND_SIGNALS),
+        # probe times for the watcher; requests to compute agents; the members' load and held demand for the scaler;
+        # the client keys' shared limits
+        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS, LOAD_SIGNALS, DEMAND_SIGNALS, *budget_subjects()),
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),

@@ -387,6 +387,13 @@ class Router:
         "/var/run/jetway/client-keys/client-keys",
         "the keys' file (the mounted Secret `jetway-client-keys`)",
     )
+    limits: str = setting(
+        "JETWAY_ROUTER_LIMITS",
+        Choice(("shared", "replica")),
+        "shared",
+        "`shared`: a client key's rpm and tpm hold across all router replicas (a ledger in NATS KV); `replica`: each "
+        "replica counts its own",
+    )
     hold_max: int = setting(
         "JETWAY_ROUTER_HOLD_MAX",
         whole(0, unit="requests"),

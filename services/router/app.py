@@ -77,12 +77,12 @@ class Routes:
                 return
             await infer(routes, client, request, api)
         elif path == "/v1/models" and method == "GET":
-            admission = _admit(routes, client, request, None, None)
+            admission = await _admit(routes, client, request, None, None)
             if admission is not None:
                 client.respond(200, models(routes, admission, anthropic=wants_anthropic_errors(request.headers)))
         elif path.startswith("/v1/models/") and method == "GET":
             model = unquote(path[len("/v1/models/") :])
-            admission = _admit(routes, client, request, None, model)
+            admission = await _admit(routes, client, request, None, model)
             if admission is not None:
                 client.respond(*one_model(routes, admission, model, anthropic=wants_anthropic_errors(request.headers)))
         elif path == "/metrics" and method == "GET" and routes.keys is None:
@@ -105,12 +105,14 @@ class Routes:
 OPEN = Admission()  # client keys off: every request is admitted, as no one
 
 
-def _admit(routes: Routes, client: HttpConnection, request: Request, api: Api | None, model: str | None) -> Admission | None:
+async def _admit(routes: Routes, client: HttpConnection, request: Request, api: Api | None, model: str | None) -> Admission | None:
     """The client key's admission, or None once its refusal is answered (401, 404, 429)."""
     keys = routes.keys
     if keys is None:
         return OPEN
     admission = keys.admit(request.headers, model, client.listener.loop.time())
+    if admission.pending:  # the key's slice of its shared limits is spent: the ledger says (services/router/budget.py)
+        admission = await keys.settle(admission, client.listener.loop.time())
     refusal = admission.refusal
     if refusal is None:
         return admission
@@ -202,7 +204,7 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
         client.respond(*read)
         return
     model, body = read
-    admission = _admit(routes, client, request, api, model)
+    admission = await _admit(routes, client, request, api, model)
     if admission is None:
         return
     member_name, tokens = "", 0

@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from contracts.meta import DNS_LABEL, DNS_LABEL_MAX, PATTERN_WORDS, is_dns_label
 
@@ -367,6 +367,16 @@ def over_limit(key: ClientKey, requests: int, tokens: int) -> Limit | None:
     return None
 
 
+class RateLimiter(Protocol):
+    """What the gate asks of a limiter: this replica's own (Limiter) or the replicas' shared one (budget.py)."""
+
+    def admit(self, key: ClientKey, now: float) -> Verdict | None: ...  # None: ask `claim`
+    async def claim(self, key: ClientKey, now: float) -> Verdict: ...
+    def spend(self, key: ClientKey, tokens: int, now: float) -> None: ...
+    def retain(self, ring: KeyRing) -> None: ...
+    def tracked(self) -> int: ...
+
+
 class Limiter:
     """Each key's rpm and tpm over a sliding minute, counted per whole second.
 
@@ -401,6 +411,9 @@ class Limiter:
         usage.add(1, 0)
         return ADMITTED
 
+    async def claim(self, key: ClientKey, now: float) -> Verdict:  # never asked: `admit` always answers
+        return self.admit(key, now)
+
     def spend(self, key: ClientKey, tokens: int, now: float) -> None:
         """Record what an answer used (prompt + completion tokens, or the caller's estimate)."""
         if key.tpm is None or tokens <= 0:
@@ -427,6 +440,7 @@ class Admission:
 
     key: ClientKey | None = None
     refusal: Refusal | None = None
+    pending: bool = False  # admitted by key and model; its limits are for the shared ledger to say (Gate.settle)
 
     @property
     def name(self) -> str:
@@ -439,9 +453,9 @@ class Gate:
     `ring` gives the keys in force now (a KeyFile's, read again when it changes); time is passed in, so the
     gate is tested without waiting."""
 
-    def __init__(self, ring: Callable[[], KeyRing]) -> None:
+    def __init__(self, ring: Callable[[], KeyRing], limiter: RateLimiter | None = None) -> None:
         self.ring = ring
-        self.limiter = Limiter()
+        self.limiter: RateLimiter = limiter or Limiter()
 
     def admit(self, headers: Mapping[bytes, bytes], model: str | None, now: float) -> Admission:
         """401 without a known key; 404 for a model it may not use; 429 over its limits. `model` None: any model
@@ -456,9 +470,19 @@ class Gate:
         if not ring.allows(key, model):
             return Admission(key, model_refused(key, model))
         verdict = self.limiter.admit(key, now)
+        if verdict is None:
+            return Admission(key, pending=True)
         if not verdict.ok:
             return Admission(key, rate_limited(key, verdict))
         return Admission(key)
+
+    async def settle(self, admission: Admission, now: float) -> Admission:
+        """A pending admission decided by the shared ledger (budget.py): the key, or its 429."""
+        key = admission.key
+        if not admission.pending or key is None:
+            return admission
+        verdict = await self.limiter.claim(key, now)
+        return Admission(key) if verdict.ok else Admission(key, rate_limited(key, verdict))
 
     def spend(self, admission: Admission, tokens: int, now: float) -> None:
         if admission.key is not None and tokens:

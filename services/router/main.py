@@ -20,7 +20,7 @@ from runtime.entry import Context, Declared, Stop
 from runtime.leases import Leases, LeaseSettings, replica_id
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
-from services.router import app, hold, metrics, policy, protocol
+from services.router import app, budget, hold, metrics, policy, protocol
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
@@ -97,12 +97,16 @@ async def start(context: Context) -> list[Runnable]:
     if (config.client_keys or ("required" if context.settings.process.cluster else "off")) == "required":
         keyfile = KeyFile(Path(config.client_keys_file))
         keyfile.load()  # before serving: the first request meets the keys
-        router.routes.keys = Gate(lambda: keyfile.ring)
+        shared = budget.SharedLimiter(context.nc.jetstream(timeout=budget.CLAIM_TIMEOUT), context.replica or replica_id())
+        router.routes.keys = Gate(lambda: keyfile.ring, shared if config.limits == "shared" else None)
 
     async def serve() -> Stop:
         serving = await protocol.listen(router.routes, config.host, config.port, limits=limits)
 
         watching = asyncio.create_task(keyfile.watch(router.service.resync_interval or 5.0, router.routes.keys)) if keyfile else None
+        gate = router.routes.keys
+        limiter = gate.limiter if gate is not None and isinstance(gate.limiter, budget.SharedLimiter) else None
+        ticking = asyncio.create_task(limiter.run(gate.ring)) if limiter is not None and gate is not None else None
 
         context.before_stop.append(serving.drain)  # on SIGTERM: requests in progress finish while the probes still run
         context.checks.append(lambda: not serving.listener.draining)  # /readyz: no new traffic while draining
@@ -110,6 +114,9 @@ async def start(context: Context) -> list[Runnable]:
         async def stop() -> None:
             if watching is not None:
                 watching.cancel()
+            if limiter is not None and ticking is not None:
+                limiter.stop()
+                await asyncio.wait([ticking], timeout=5)
             await serving.drain()  # already drained on SIGTERM; this closes what is left (a failure's stop)
 
         return stop
