@@ -338,6 +338,7 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     k.add_argument("--models", metavar="M1,M2", help="the models the key may use (default: every model)")
     k.add_argument("--rpm", metavar="N", help="requests per minute (default: unlimited)")
     k.add_argument("--tpm", metavar="N", help="tokens per minute, prompt and completion (default: unlimited)")
+    k.add_argument("--weight", metavar="W", help="its share against other keys when a model's members are saturated (default: 1)")
     k.add_argument("--secret-manifest", action="store_true", help=manifest_help)
     k.add_argument("--from", dest="from_file", metavar="FILE", help=from_help + " (with --secret-manifest)")
     k.add_argument("-n", "--namespace", default="jetway-system", help="the Secret's namespace (default jetway-system)")

@@ -14,6 +14,7 @@ import argparse
 import base64
 import binascii
 import json
+import math
 import sys
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from services.router.keys import (
     NAME_WORDS,
     SECRET_NAME,
     SECRET_OBJECT,
+    WEIGHT_WORDS,
     ClientKey,
     KeyRing,
     KeysError,
@@ -35,6 +37,7 @@ from services.router.keys import (
     new_key,
     now_rfc3339,
     parse_keys,
+    weight_rule,
 )
 
 USAGE = 2
@@ -53,6 +56,7 @@ class Request:
     models: tuple[str, ...]
     rpm: int | None
     tpm: int | None
+    weight: float | None = None
 
 
 def limit(flag: str, value: str | None) -> int | None:
@@ -61,6 +65,18 @@ def limit(flag: str, value: str | None) -> int | None:
     if not (value.isascii() and value.isdigit() and int(value) >= 1):
         raise Refused(f"{flag}: {LIMIT_WORDS} (got {value!r}); leave it out for unlimited")
     return int(value)
+
+
+def weight(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if weight_rule(number) is not None:
+        raise Refused(f"--weight: {WEIGHT_WORDS} (got {value!r})")
+    return int(number) if number.is_integer() else number
 
 
 def models(value: str | None) -> tuple[str, ...]:
@@ -77,7 +93,9 @@ def checked(args: argparse.Namespace) -> Request:
     """The create flags as a Request, or Refused naming the first flag that breaks its rule."""
     if name_rule(args.name) is not None:
         raise Refused(f"NAME: {NAME_WORDS} (got {args.name!r})")
-    return Request(args.name, models(args.models), limit("--rpm", args.rpm), limit("--tpm", args.tpm))
+    return Request(
+        args.name, models(args.models), limit("--rpm", args.rpm), limit("--tpm", args.tpm), weight(getattr(args, "weight", None))
+    )
 
 
 def secret_manifest(ring: KeyRing, namespace: str) -> dict[str, object]:
@@ -141,7 +159,8 @@ def stored(store: FileSecrets) -> KeyRing:
 
 def describe(key: ClientKey) -> str:
     every = "every model" if not key.models else ", ".join(key.models)
-    return f"models: {every}; rpm: {key.rpm or 'unlimited'}; tpm: {key.tpm or 'unlimited'}"
+    limits = f"models: {every}; rpm: {key.rpm or 'unlimited'}; tpm: {key.tpm or 'unlimited'}"
+    return limits if key.weight is None else f"{limits}; weight: {key.weight:g}"
 
 
 def source_ring(args: argparse.Namespace, store: FileSecrets) -> KeyRing:
@@ -160,7 +179,7 @@ def create(args: argparse.Namespace, store: FileSecrets) -> int:
     if ring.named(request.name) is not None:
         raise Refused(f"NAME: a key named {request.name!r} exists; delete it first (jetway keys delete {request.name})")
     key = new_key()
-    client = ClientKey(request.name, hash_key(key), request.models, request.rpm, request.tpm, now_rfc3339())
+    client = ClientKey(request.name, hash_key(key), request.models, request.rpm, request.tpm, now_rfc3339(), request.weight)
     ring = ring.with_key(client)
     note = "shown once: only its SHA-256 is kept, the key cannot be shown again"
     if args.secret_manifest:

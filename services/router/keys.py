@@ -41,7 +41,9 @@ SHA256_WORDS = "must be 64 lower-case hex characters: the SHA-256 of the key, ne
 LIMIT_WORDS = "must be a positive whole number"
 MODEL_WORDS = f"must be a model name: a non-empty string of at most {MAX_MODEL_NAME} characters"
 CREATED_WORDS = "must be an RFC 3339 time with a zone, such as 2025-01-31T12:00:00Z"
-FIELDS = ("name", "sha256", "models", "rpm", "tpm", "created")
+MAX_WEIGHT = 1000
+WEIGHT_WORDS = f"must be a positive number, at most {MAX_WEIGHT} (its share of a saturated model against other keys'; absent: 1)"
+FIELDS = ("name", "sha256", "models", "rpm", "tpm", "created", "weight")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")  # a name safe to repeat in an error (a key never matches: it has '-')
 
@@ -77,6 +79,7 @@ class ClientKey:
     rpm: int | None = None  # None: unlimited
     tpm: int | None = None
     created: str | None = None
+    weight: float | None = None  # its share when a model's members are saturated (services/router/fair.py); None: 1
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
@@ -85,6 +88,8 @@ class ClientKey:
         entry: dict[str, object] = {"name": self.name, "sha256": self.sha256, "models": list(self.models), "rpm": self.rpm, "tpm": self.tpm}
         if self.created is not None:
             entry["created"] = self.created
+        if self.weight is not None:
+            entry["weight"] = self.weight
         return entry
 
 
@@ -149,6 +154,13 @@ def created_rule(value: object) -> str | None:
     return None if parsed is not None and parsed.tzinfo is not None else CREATED_WORDS
 
 
+def weight_rule(value: object) -> str | None:
+    if value is None:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= MAX_WEIGHT
+    return None if ok else WEIGHT_WORDS
+
+
 def models_problems(value: object, path: str = "models") -> list[str]:
     if value is None:
         return []
@@ -200,6 +212,7 @@ def parse_document(document: object) -> KeyRing:
             ("rpm", limit_rule),
             ("tpm", limit_rule),
             ("created", created_rule),
+            ("weight", weight_rule),
         ):
             if name in ("name", "sha256") and name not in entry:
                 found.append(f"{at}.{name}: required")
@@ -216,7 +229,8 @@ def parse_document(document: object) -> KeyRing:
             problems.append(f"{at}.sha256: duplicate of keys[{hashes[sha256]}].sha256")
         else:
             names[name], hashes[sha256] = i, i
-            keys.append(ClientKey(name, sha256, tuple(entry.get("models") or ()), entry.get("rpm"), entry.get("tpm"), entry.get("created")))
+            models, weight = tuple(entry.get("models") or ()), entry.get("weight")
+            keys.append(ClientKey(name, sha256, models, entry.get("rpm"), entry.get("tpm"), entry.get("created"), weight))
     if problems:
         raise KeysError(problems)
     return KeyRing(tuple(keys))

@@ -62,8 +62,10 @@ class Recorder:
         self.key_requests: dict[tuple[str, str], int] = {}
         self.key_tokens: dict[str, int] = {}
         self.hold_outcomes: dict[tuple[str, str], int] = {}
+        self.fair_outcomes: dict[tuple[str, str], int] = {}
         self.in_flight: Callable[[], Iterable[tuple[str, int]]] = list
         self.held: Callable[[], Iterable[tuple[str, int]]] = list  # (model, requests held now): services/router/hold.py
+        self.queued: Callable[[], Iterable[tuple[str, int]]] = list  # (model, requests waiting now): services/router/fair.py
 
     def answered(self, model: str, member: str, endpoint: str, status: int, seconds: float) -> None:
         labels = (model, member, endpoint, str(status))
@@ -102,6 +104,11 @@ class Recorder:
         labels = (model, outcome)
         self.hold_outcomes[labels] = self.hold_outcomes.get(labels, 0) + 1
 
+    def unqueued(self, model: str, outcome: str) -> None:
+        """A request that met a saturated model's fair queue: released, full, tenant_full, timed_out, gone, stopping."""
+        labels = (model, outcome)
+        self.fair_outcomes[labels] = self.fair_outcomes.get(labels, 0) + 1
+
     def chose(self, policy: str, reason: str) -> None:
         labels = (policy, reason)
         self.choices[labels] = self.choices.get(labels, 0) + 1
@@ -131,6 +138,12 @@ COUNTERS = (  # name, help, labels, the Recorder's attribute
         "Requests held for a model starting from zero, by how the hold ended: released, timed_out, full, gone, stopping",
         ["model", "outcome"],
         "hold_outcomes",
+    ),
+    (
+        "jetway_router_fair_outcomes",
+        "Requests that met a saturated model's fair queue, by how it ended: released, full, tenant_full, timed_out, gone, stopping",
+        ["model", "outcome"],
+        "fair_outcomes",
     ),
 )
 HISTOGRAMS = (
@@ -173,6 +186,10 @@ class RouterCollector(Collector):
         for model, count in list(r.held()):
             held.add_metric([model], count)
         yield held
+        queued = GaugeMetricFamily("jetway_router_fair_queued", "Requests waiting now in a saturated model's fair queue", labels=["model"])
+        for model, count in list(r.queued()):
+            queued.add_metric([model], count)
+        yield queued
 
 
 RECORDER = Recorder()

@@ -34,8 +34,9 @@ def test_create_prints_the_key_once_and_stores_only_its_hash(tmp_path: Path) -> 
     assert (found.models, found.rpm, found.tpm) == (("m1", "m2"), 60, 10000) and found.created
     assert ring.allows(found, "m2") and not ring.allows(found, "m3")
 
-    code, out, _ = keys(tmp_path, "create", "team-b")
-    assert code == 0 and out.strip() != key
+    code, out, err = keys(tmp_path, "create", "team-b", "--weight", "2")
+    assert code == 0 and out.strip() != key and "weight: 2" in err
+    assert parse_keys(stored_file.read_bytes()).named("team-b").weight == 2  # type: ignore[union-attr]
     code, listed, _ = keys(tmp_path, "list")
     assert code == 0
     assert listed.splitlines()[0].split() == ["NAME", "MODELS", "RPM", "TPM", "CREATED", "SHA256"]
@@ -60,6 +61,8 @@ def test_bad_input_names_the_flag_and_the_rule_exits_2_and_writes_nothing(tmp_pa
         ("team-a", "--models", "m1,,m2"): "--models[1]: must be a model name",
         ("team-a", "--models", "m1,m1"): "--models[1]: duplicate of --models[0]",
         ("team-a", "--from", "keys.json"): "--from: only with --secret-manifest",
+        ("team-a", "--weight", "0"): "--weight: must be a positive number, at most 1000",
+        ("team-a", "--weight", "heavy"): "--weight: must be a positive number",
     }
     for args, words in cases.items():
         code, out, err = keys(tmp_path, "create", *args)
