@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import statistics
@@ -40,7 +41,12 @@ from typing import Any
 import aiohttp
 
 from bench.router import pinned, wait_http
+from cli import routing
+from cli.config import nats_url
+from contracts.routing import RoutingRecord
 from runtime.natsserver import free_port
+from services.router import policy as policy_settings
+from services.router import replay
 from simulator.vllm import SimParams, VllmSimulator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,7 +275,7 @@ def start_jetway(work: Path, policy: str, sims: list[str]) -> tuple[subprocess.P
     raise RuntimeError("the members did not become ready")
 
 
-def main(quick: bool) -> dict[str, Any]:
+def main(quick: bool, replay_only: bool = False) -> dict[str, Any]:
     users = 16 if quick else 32
     workloads: dict[str, tuple[list[list[Conversation]], int | None]] = {
         "shared-prefix": (shared_prefix(users, users * (2 if quick else 3), 5 if quick else 8), None),
@@ -277,6 +283,10 @@ def main(quick: bool) -> dict[str, Any]:
     }
     slowed_plan = uniform(users, users * (6 if quick else 24), seed=13)  # longer: the end of a run is on the slow member or not
     workloads["slowed"] = (slowed_plan, sum(len(c) for c in slowed_plan) // 3)
+    policies = POLICIES
+    if replay_only:  # `--replay-only`: the shared-prefix workload under the two policies the replay is validated on
+        workloads = {"shared-prefix": workloads["shared-prefix"]}
+        policies = ("least-outstanding", "prefix-cache")
     work = Path(tempfile.mkdtemp(prefix="jetway-routing-bench-"))
     ports_file = work / "ports.json"
     sims_process = subprocess.Popen(
@@ -289,12 +299,18 @@ def main(quick: bool) -> dict[str, Any]:
             time.sleep(0.1)
         sims = [f"http://127.0.0.1:{port}" for port in json.loads(ports_file.read_text())]
         rows: dict[str, dict[str, Any]] = {name: {} for name in workloads}
-        for policy in POLICIES:
+        recorded: dict[str, list[RoutingRecord]] = {}
+        for policy in policies:
             process, router = start_jetway(work, policy, sims)
             try:
                 for name, (plan, slow_after) in workloads.items():
+                    began = time.time()
                     run, stats = asyncio.run(drive(router, sims, plan, slow_after=slow_after))
                     rows[name][policy] = summary(run, stats)
+                    if name == "shared-prefix":  # its routing records, for the replay's validation
+                        recorded[policy] = routing_records(
+                            work / f"jetway-{policy}", began, time.time(), sum(len(c.turns) for cs in plan for c in cs)
+                        )
                     print(f"{name:14} {policy:18} {json.dumps({k: v for k, v in rows[name][policy].items() if k != 'per_member'})}")
             finally:
                 process.terminate()
@@ -303,14 +319,58 @@ def main(quick: bool) -> dict[str, Any]:
         rows["shared-prefix"]["oracle"] = summary(run, stats)
         print(f"{'shared-prefix':14} {'oracle':18} {json.dumps(rows['shared-prefix']['oracle'])}")
         results["workloads"] = rows
+        results["replay"] = validate_replay(recorded, rows["shared-prefix"])
     finally:
         sims_process.terminate()
         sims_process.wait(30)
     return results
 
 
+def routing_records(data: Path, began: float, ended: float, expected: int) -> list[RoutingRecord]:
+    """The routing records `jetway up` stored for one workload's requests (every one: JETWAY_ROUTER_RECORDS is 1)."""
+    url = nats_url(None, str(data))
+    deadline = time.monotonic() + 30
+    while True:  # the router publishes its records a quarter of a second after the requests end
+        found = [r for r in asyncio.run(routing.read(url, (None, None), (None, None))) if began <= r.at <= ended and r.model == MODEL]
+        if len(found) >= expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.3)
+
+
+def validate_replay(recorded: dict[str, list[RoutingRecord]], measured: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """`jetway replay routing`'s prediction of one policy's hit rate from another policy's traffic, beside the rate
+    that policy really measured (the simulators' counters) in the same run."""
+    rows = []
+    for source, records in recorded.items():
+        kept = replay.routed(records)
+        for target in ("least-outstanding", "prefix-cache"):
+            predicted = replay.replay(
+                kept, dataclasses.replace(policy_settings.Settings(), policy=target), cache_blocks=PARAMS.cache_blocks
+            )
+            rows.append(
+                {
+                    "traffic_of": source,
+                    "replayed_under": target,
+                    "records": len(kept),
+                    "predicted_hit_rate": predicted.hit_rate,
+                    "measured_hit_rate": measured[target]["hit_rate"],
+                }
+            )
+    return rows
+
+
 def report(results: dict[str, Any]) -> None:
     print()
+    if results.get("replay"):
+        print("jetway replay routing on the shared-prefix workload: predicted hit rate vs the rate the policy measured")
+        print(f"  {'traffic of':18} {'replayed under':18} {'records':>7} {'predicted':>9} {'measured':>9} {'points':>7}")
+        for row in results["replay"]:
+            points = 100 * (row["predicted_hit_rate"] - row["measured_hit_rate"])
+            print(
+                f"  {row['traffic_of']:18} {row['replayed_under']:18} {row['records']:7} "
+                f"{row['predicted_hit_rate']:9.1%} {row['measured_hit_rate']:9.1%} {points:+7.1f}"
+            )
+        print()
     for name, rows in results["workloads"].items():
         base = rows["least-outstanding"]
         print(f"{name}: vs least-outstanding")
@@ -328,13 +388,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="half the users and fewer turns (about a third of the time)")
     parser.add_argument("--json", help="write the results here (bench/results/routing.json)")
+    parser.add_argument("--replay-only", action="store_true", help="only the shared-prefix workload, to validate `jetway replay routing`")
     parser.add_argument("--serve-simulators", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ports-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_simulators:
         asyncio.run(serve_simulators(args.serve_simulators, Path(args.ports_file)))
         sys.exit(0)
-    found = main(args.quick)
+    found = main(args.quick, args.replay_only)
     report(found)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n")

@@ -378,7 +378,11 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     _stream_options(p)
     p.set_defaults(handler=_events)
 
-    p = sub.add_parser("replay", help="rebuild state from the stream as of a point and print it")
+    p = sub.add_parser(
+        "replay",
+        help="rebuild state from the stream as of a point and print it; `replay routing --policy P`: replay the routed "
+        "requests through another routing policy (see `jetway replay routing --help`)",
+    )
     p.add_argument("ref", nargs="?", metavar="KIND[/NAME]")
     p.add_argument("--until", metavar="SEQ|TIME", help="stop at this sequence, RFC 3339 time, or age (default: now)")
     p.add_argument(

@@ -101,8 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:2] == ["replay", "routing"]:  # its own options (and --help): routing records, not the event log
+        from cli import routing
+
+        return routing.main(given[2:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     handler: Handler = args.handler
     try:
         return handler(args)

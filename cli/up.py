@@ -35,6 +35,7 @@ from services.console import api
 from services.console.web import Console
 from services.router import main as router_main
 from services.router import policy, protocol
+from services.router import records as router_records
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
 from services.router.metrics import RECORDER
@@ -210,7 +211,11 @@ async def up(options: Options) -> int:
         allow_link_local=options.allow_link_local,
         routing=options.routing,
         holding=router_main.holding_of(configured.router),  # JETWAY_ROUTER_HOLD_*: requests held for a model at zero
+        record_sample=configured.router.records,  # JETWAY_ROUTER_RECORDS: routing records, for `jetway replay routing`
     )
+    if router.routes.records is not None:
+        kept = configured.router
+        await router_records.ensure_stream(nc.jetstream(timeout=10), kept.records_max_age, kept.records_max_bytes)
     keyfile = None
     if options.client_keys == "required":
         keyfile = KeyFile.in_store(secret_store)
@@ -227,6 +232,8 @@ async def up(options: Options) -> int:
     background: list[asyncio.Task[Any]] = []
     if keyfile is not None:
         background.append(asyncio.create_task(keyfile.watch(options.probe_interval, router.routes.keys), name="client-keys"))
+    recording = router.routes.records
+    publishing = asyncio.create_task(recording.run(), name="routing-records") if recording is not None else None
     api_runner = serving = None
     supervisor: asyncio.Future[str] | None = None
     try:
@@ -308,6 +315,9 @@ async def up(options: Options) -> int:
             cut = await serving.drain(hurry)
             if cut:
                 say(f"{cut} request{'s' if cut != 1 else ''} still in progress cut off")
+        if recording is not None and publishing is not None:  # the drained requests' records too
+            recording.stop()
+            await asyncio.wait([publishing], timeout=5)
         for runner in runners:
             runner.stop()
         ending = asyncio.ensure_future(asyncio.gather(*tasks, *background, return_exceptions=True))

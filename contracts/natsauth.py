@@ -30,6 +30,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
+from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM
 from contracts.subjects import (
     BINDING,
     DLQ_PREFIX,
@@ -110,6 +111,19 @@ def budget_subjects() -> tuple[str, ...]:
     )
 
 
+def routing_subjects(*, write: bool) -> tuple[str, ...]:
+    """The routing records' stream (contracts/routing.py): the router publishes its batches and makes the stream on
+    first use; the console (and `jetway replay routing` as its user) reads it with ordered consumers."""
+    if write:
+        return (f"{ROUTING_PREFIX}.>", *(f"$JS.API.STREAM.{verb}.{ROUTING_STREAM}" for verb in ("INFO", "CREATE")))
+    return (
+        f"$JS.API.STREAM.INFO.{ROUTING_STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{ROUTING_STREAM}",
+        f"$JS.API.CONSUMER.INFO.{ROUTING_STREAM}.*",
+        f"$JS.FC.{ROUTING_STREAM}.>",
+    )
+
+
 SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser(
         "watcher",
@@ -134,7 +148,7 @@ SERVICES: tuple[ServiceUser, ...] = (
         (Writes(ROUTER, ("InferencePoolMember",)),),
         # probe times for the watcher; requests to compute agents; the members' load and held demand for the scaler;
         # the client keys' shared limits
-        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS, LOAD_SIGNALS, DEMAND_SIGNALS, *budget_subjects()),
+        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS, LOAD_SIGNALS, DEMAND_SIGNALS, *budget_subjects(), *routing_subjects(write=True)),
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
@@ -142,7 +156,7 @@ SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser("scaler", ("scaler",), (Writes(SCALER, ("ModelDeployment",)),), subscribes=(LOAD_SIGNALS, DEMAND_SIGNALS)),
     # the console in a cluster writes no facet (a change goes to Kubernetes as the user); it reads the log and
     # the members' probe times, and cannot change the streams' settings
-    ServiceUser("console", ("console",), (), subscribes=(PROBE_SIGNALS,), manages_streams=False),
+    ServiceUser("console", ("console",), (), publishes=routing_subjects(write=False), subscribes=(PROBE_SIGNALS,), manages_streams=False),
 )
 
 

@@ -394,6 +394,21 @@ class Router:
         "`shared`: a client key's rpm and tpm hold across all router replicas (a ledger in NATS KV); `replica`: each "
         "replica counts its own",
     )
+    records: float = setting(
+        "JETWAY_ROUTER_RECORDS",
+        Number(least=0, most=1),
+        1.0,
+        "the fraction of routed requests that leave a routing record (stream JETWAY_ROUTING); 0: none",
+    )
+    records_max_age: float = setting(
+        "JETWAY_ROUTING_RECORDS_MAX_AGE", seconds(), 86400.0, "how long routing records are kept (when the stream is made)"
+    )
+    records_max_bytes: int = setting(
+        "JETWAY_ROUTING_RECORDS_MAX_BYTES",
+        whole(1 << 20, unit="bytes"),
+        256 << 20,
+        "the routing records' stream's size; the oldest go first (when the stream is made)",
+    )
     hold_max: int = setting(
         "JETWAY_ROUTER_HOLD_MAX",
         whole(0, unit="requests"),

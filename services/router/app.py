@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +33,7 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from contracts.documents import DocumentError, load_json
+from contracts.routing import RoutingRecord
 from contracts.subjects import Key
 from services.router import echo, hold, policy
 from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_field, openai_error
@@ -39,6 +42,7 @@ from services.router.keys import Admission, Gate, wants_anthropic_errors
 from services.router.metrics import RECORDER, Recorder
 from services.router.projection import Member, Members
 from services.router.protocol import HttpConnection, Request
+from services.router.records import Records
 from services.router.relay import Relay
 from services.router.signal import ClientTooSlow
 from services.router.upstream import BeforeResponse, Endpoint, UpstreamError, UpstreamPool
@@ -62,6 +66,7 @@ class Routes:
     keys: Gate | None = None  # None: any client may call (client keys off)
     recorder: Recorder = RECORDER
     holds: hold.Holds | None = None  # None: a request for a model with no ready member is a 503 at once
+    records: Records | None = None  # None: no routing records (services/router/records.py)
     memory: policy.Memory = field(init=False)  # the prefix index, the sessions, the turn
 
     def __post_init__(self) -> None:
@@ -197,6 +202,19 @@ def _read(api: Api, request: Request) -> tuple[str, dict[str, Any] | None] | tup
     return model, body
 
 
+class Trace:
+    """What a recorded request's routing saw (contracts/routing.py), filled in by `_dispatch` as it goes."""
+
+    __slots__ = ("candidates", "choice", "first_at", "prompt", "tokens_in", "tokens_out")
+
+    def __init__(self) -> None:
+        self.candidates: tuple[str, ...] = ()
+        self.choice: policy.Choice | None = None
+        self.prompt: policy.Prompt | None = None
+        self.first_at = 0.0
+        self.tokens_in = self.tokens_out = 0
+
+
 async def infer(routes: Routes, client: HttpConnection, request: Request, api: Api) -> None:
     started = client.listener.loop.time()
     read = _read(api, request)
@@ -207,11 +225,14 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
     admission = await _admit(routes, client, request, api, model)
     if admission is None:
         return
+    records = routes.records
+    trace = Trace() if records is not None and records.wanted() else None
     member_name, tokens = "", 0
     try:
-        member_name, tokens = await _dispatch(routes, client, request, api, model, body, started)
+        member_name, tokens = await _dispatch(routes, client, request, api, model, body, started, trace)
     finally:
-        routes.recorder.answered(model, member_name, api.path, client.status, client.listener.loop.time() - started)
+        ended = client.listener.loop.time()
+        routes.recorder.answered(model, member_name, api.path, client.status, ended - started)
         if admission.name:
             if not api.generates:
                 tokens = 0  # counting tokens spends none
@@ -220,10 +241,45 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
             routes.recorder.key(admission.name, client.status, tokens)
             if routes.keys is not None:
                 routes.keys.spend(admission, tokens, client.listener.loop.time())
+        if trace is not None and records is not None:
+            records.add(_record(routes, trace, model, member_name, admission.name, client.status, started, ended))
+
+
+def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, status: int, started: float, ended: float) -> RoutingRecord:
+    settings, choice, prompt = routes.settings, trace.choice, trace.prompt
+    blocks = prompt.hashed(settings) if prompt is not None else []
+    session = prompt.session if prompt is not None else None
+    return RoutingRecord(
+        at=time.time() - (ended - started),
+        model=model,
+        status=status,
+        member=member,
+        candidates=trace.candidates,
+        policy=settings.policy,
+        reason=choice.reason if choice is not None else "",
+        score=choice.score if choice is not None else 0.0,
+        prefix=choice.prefix if choice is not None else 0.0,
+        blocks=tuple(blocks),
+        block_chars=settings.block_chars,
+        session=zlib.crc32(session.encode("utf-8", "surrogatepass")) if session else None,
+        key=key,
+        tokens_in=trace.tokens_in,
+        tokens_out=trace.tokens_out,
+        ttft=trace.first_at - started if trace.first_at else None,
+        elapsed=ended - started,
+        router=routes.records.router if routes.records is not None else "",
+    )
 
 
 async def _dispatch(
-    routes: Routes, client: HttpConnection, request: Request, api: Api, model: str, body: dict[str, Any] | None, started: float
+    routes: Routes,
+    client: HttpConnection,
+    request: Request,
+    api: Api,
+    model: str,
+    body: dict[str, Any] | None,
+    started: float,
+    trace: Trace | None = None,
 ) -> tuple[str, int]:
     """Choose a member and forward; (the member that answered, the tokens its `usage` reported)."""
     found = policy.candidates(routes.members, model, api.format)
@@ -247,7 +303,9 @@ async def _dispatch(
         client.respond(*api_error(api, 400, too_large, "invalid_request_error", "context_length_exceeded", api.prompt_field))
         return "", 0
     settings = routes.settings
-    asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body))
+    asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), always=trace is not None)
+    if trace is not None:
+        trace.prompt, trace.candidates = asked, tuple(m.name for m in fitting)
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
     for attempt in range(2):
@@ -258,6 +316,8 @@ async def _dispatch(
             routes.recorder.retried(model)
         member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked)
         routes.recorder.chose(settings.policy, choice.reason)
+        if trace is not None:
+            trace.choice = choice
         tried.add(member.key)
         traffic = routes.members.traffic_of(member.key)
         traffic.outstanding += 1
@@ -269,6 +329,8 @@ async def _dispatch(
             prompt, completion = relay.usage()
             if prompt or completion:
                 routes.recorder.used(model, member.name, prompt, completion)
+            if trace is not None:
+                trace.first_at, trace.tokens_in, trace.tokens_out = relay.first_at, prompt, completion
             if relay.first_at:
                 routes.recorder.stream(model, member.name, relay.first_at - started, relay.events, relay.last_at - relay.first_at)
             return member.name, prompt + completion

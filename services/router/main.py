@@ -20,11 +20,12 @@ from runtime.entry import Context, Declared, Stop
 from runtime.leases import Leases, LeaseSettings, replica_id
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
-from services.router import app, budget, hold, metrics, policy, protocol
+from services.router import app, budget, hold, metrics, policy, protocol, records
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
 from services.router.probe import Prober
+from services.router.records import Records
 from services.router.signal import SignalClient
 from services.router.upstream import UpstreamPool
 
@@ -49,6 +50,7 @@ def build(
     replica: str | None = None,
     routing: policy.Settings | None = None,
     holding: hold.Settings | None = None,
+    record_sample: float = 0.0,
 ) -> Router:
     """The router and its prober. With `leases`, one of several replicas: each routes to every member and probes
     the members of the partitions it holds a lease on (handlers.py)."""
@@ -72,6 +74,7 @@ def build(
         pool=pool,
         settings=routing or policy.Settings(),
         holds=service.holds,
+        records=Records(nc, name, sample=record_sample) if record_sample > 0 else None,
     )
     members = service.members
     metrics.RECORDER.in_flight = lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())]
@@ -92,7 +95,10 @@ async def start(context: Context) -> list[Runnable]:
         replica=context.replica,
         routing=routing,
         holding=holding_of(config),
+        record_sample=config.records,
     )
+    if router.routes.records is not None:
+        await records.ensure_stream(context.nc.jetstream(timeout=10), config.records_max_age, config.records_max_bytes)
     keyfile = None
     if (config.client_keys or ("required" if context.settings.process.cluster else "off")) == "required":
         keyfile = KeyFile(Path(config.client_keys_file))
@@ -107,6 +113,8 @@ async def start(context: Context) -> list[Runnable]:
         gate = router.routes.keys
         limiter = gate.limiter if gate is not None and isinstance(gate.limiter, budget.SharedLimiter) else None
         ticking = asyncio.create_task(limiter.run(gate.ring)) if limiter is not None and gate is not None else None
+        recording = router.routes.records
+        publishing = asyncio.create_task(recording.run()) if recording is not None else None
 
         context.before_stop.append(serving.drain)  # on SIGTERM: requests in progress finish while the probes still run
         context.checks.append(lambda: not serving.listener.draining)  # /readyz: no new traffic while draining
@@ -117,6 +125,9 @@ async def start(context: Context) -> list[Runnable]:
             if limiter is not None and ticking is not None:
                 limiter.stop()
                 await asyncio.wait([ticking], timeout=5)
+            if recording is not None and publishing is not None:  # after the drain: the last requests' records too
+                recording.stop()
+                await asyncio.wait([publishing], timeout=5)
             await serving.drain()  # already drained on SIGTERM; this closes what is left (a failure's stop)
 
         return stop

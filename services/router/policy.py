@@ -208,13 +208,19 @@ def fitting(ready: list[Member], model: str, body: dict[str, Any] | None, chat: 
 
 
 def block_hashes(text: str, block_chars: int, max_blocks: int) -> list[int]:
-    """The chained hashes of the prompt's whole blocks (a partial last block is not cached by engines either)."""
+    """The chained hashes of the prompt's whole blocks (a partial last block is not cached by engines either).
+
+    A block is `block_chars` bytes of the prompt's UTF-8 (characters, for ASCII). Each hash is the CRC-32 of the
+    whole prefix up to its block's end, the same in every process and every router replica (unlike `hash`), so
+    the replicas' indexes and the routing records (records.py) name a prefix alike."""
+    data = text.encode("utf-8", "surrogatepass")
+    end = min(len(data) // block_chars, max_blocks) * block_chars
     hashes: list[int] = []
+    append, crc = hashes.append, zlib.crc32
     previous = 0
-    end = min(len(text) // block_chars, max_blocks) * block_chars
     for start in range(0, end, block_chars):
-        previous = hash((previous, text[start : start + block_chars]))
-        hashes.append(previous)
+        previous = crc(data[start : start + block_chars], previous)
+        append(previous)
     return hashes
 
 
@@ -443,20 +449,22 @@ class Memory:
 
 class Prompt:
     """A request as choosing sees it: its session, and its prompt's block hashes and home, hashed at its first
-    choice among several members (never when one is ready) and kept for the retry."""
+    choice among several members (never when one is ready, unless routing records want them) and kept for the
+    retry."""
 
-    __slots__ = ("body", "hashes", "home", "session")
+    __slots__ = ("always", "body", "hashes", "home", "session")
 
-    def __init__(self, body: dict[str, Any] | None, session: str | None) -> None:
+    def __init__(self, body: dict[str, Any] | None, session: str | None, *, always: bool = False) -> None:
         self.body = body
         self.session = session
+        self.always = always  # hash whatever the policy: a routing record carries the blocks
         self.hashes: list[int] | None = None
         self.home: int | None = None
 
     def hashed(self, settings: Settings) -> list[int]:
         if self.hashes is None:
             body = self.body
-            text = prompt_text(body) if settings.policy == PREFIX_CACHE and body is not None else ""
+            text = prompt_text(body) if (self.always or settings.policy == PREFIX_CACHE) and body is not None else ""
             self.hashes = block_hashes(text, settings.block_chars, settings.max_blocks) if text else []
             self.home = home_of(text, settings.block_chars) if self.hashes else None
         return self.hashes
@@ -479,9 +487,8 @@ def pick(
     if len(ready) == 1:
         return ready[0], ONLY  # nothing to choose: no hashing, no index, no session to keep
     hashes = prompt.hashed(settings)
-    matched = memory.index.matched(hashes, [m.key for m in ready]) if hashes else [0] * len(ready)
     views = []
-    for member, blocks in zip(ready, matched, strict=True):
+    for member in ready:
         live = traffic.get(member.key)
         load = live.load if live is not None else None
         views.append(
@@ -490,21 +497,39 @@ def pick(
                 waiting=load.waiting if load is not None else 0,
                 kv=(load.kv or 0.0) if load is not None else 0.0,
                 saturated=saturated(member),
-                matched=blocks,
             )
         )
-    session = prompt.session
+    choice = decide(settings, memory, [m.key for m in ready], views, hashes, prompt.home, prompt.session)
+    return ready[choice.index], choice
+
+
+def decide(
+    settings: Settings,
+    memory: Memory,
+    keys: Sequence[Hashable],
+    views: Sequence[View],
+    hashes: Sequence[int],
+    home: int | None,
+    session: str | None,
+) -> Choice:
+    """`pick`'s decision on views already made (the routing replay makes them from records, replay.py): the session's
+    member while it is ready and not saturated, else the policy's choice; `memory` then remembers it. With a prefix
+    policy, `hashes` only count for members `memory.index` was sent them by; a view's `matched` is recomputed."""
+    if settings.policy != PREFIX_CACHE:
+        hashes = ()  # the index only counts for prefix-cache routing (and only it hashes, unless records do)
+    if hashes:
+        matched = memory.index.matched(hashes, keys)
+        views = [View(v.outstanding, v.waiting, v.kv, v.saturated, blocks) for v, blocks in zip(views, matched, strict=True)]
     held = memory.sessions.get(session) if session else None
-    index = sticky(views, [m.key for m in ready], held)
+    index = sticky(views, keys, held)
     if index is not None:
         count = len(hashes)
         choice = Choice(index, "session", prefix=views[index].matched / count if count else 0.0)
     else:
-        choice = choose(settings, views, len(hashes), memory.turn, prompt.home)
+        choice = choose(settings, views, len(hashes), memory.turn, home)
         memory.turn += 1
-    member = ready[choice.index]
     if hashes:
-        memory.index.record(hashes, member.key)
+        memory.index.record(hashes, keys[choice.index])
     if session:
-        memory.sessions.put(session, member.key)
-    return member, choice
+        memory.sessions.put(session, keys[choice.index])
+    return choice

@@ -1,0 +1,48 @@
+"""Routing records: one per routed request, why it went where it went (docs/router.md, "Routing records").
+
+    router  --RoutingRecord batches (stored, stream JETWAY_ROUTING, bounded by age and size)-->  `jetway replay routing`,
+                                                                                                 the console
+
+A record names the client key by its name, never the key; the prompt by its block hashes (CRC-32 of each prefix,
+services/router/policy.py), never its text; a session by a hash of its id. The stream is its own, apart from the
+event log: a record is a measurement, many a second, bounded by age and bytes, not desired state.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+ROUTING_STREAM = "JETWAY_ROUTING"
+ROUTING_PREFIX = "jetway.routing"  # a batch from one replica: jetway.routing.<replica token>
+
+
+class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
+    """One routed request, as the router decided and saw it."""
+
+    at: float  # when the request arrived (seconds since the epoch)
+    model: str
+    status: int  # what the client was answered
+    member: str = ""  # "" when no member took it (refused, none ready)
+    candidates: tuple[str, ...] = ()  # the members that could take it when it was decided
+    policy: str = ""
+    reason: str = ""  # only, session, prefix, load, least-outstanding, round-robin
+    score: float = 0.0
+    prefix: float = 0.0  # the chosen member's share of the prompt's blocks, as the router's index had it
+    blocks: tuple[int, ...] = ()  # the prompt's block hashes (never its text)
+    block_chars: int = 0  # the block size the hashes were cut at
+    session: int | None = None  # a hash of the session id (x-session-id or `user`), never the id
+    key: str = ""  # the client key's name ("" with client keys off), never the key
+    tokens_in: int = 0  # as the member's `usage` reported (0: not reported)
+    tokens_out: int = 0
+    ttft: float | None = None  # seconds to the first streamed event (None: not streamed)
+    elapsed: float = 0.0  # seconds from arrival to the answer's end
+    router: str = ""  # the replica that routed it
+
+
+BATCH = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(list[RoutingRecord])
+
+
+def decode_batch(payload: bytes) -> list[RoutingRecord]:
+    """A stored batch's records; msgspec.DecodeError for a payload that is not one."""
+    return _DECODER.decode(payload)

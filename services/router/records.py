@@ -1,0 +1,126 @@
+"""Routing records (contracts/routing.py) from a router replica into their stream, off the hot path.
+
+A routed request appends one record to a buffer (`add`, a few hundred nanoseconds; sampled by a running
+fraction, so a rate of 0.25 records every fourth request exactly rather than a random quarter). `run` publishes
+the buffer as one JSON batch per `FLUSH_SECONDS` (or sooner once it holds `BATCH_RECORDS`) with a core NATS
+publish that the stream stores: no acknowledgement is awaited on the way. When NATS is slow or away the
+buffer keeps at most `MAX_BUFFERED` records and counts what it dropped, so a record can be lost, a request never
+slowed. The stream is bounded by age and bytes (JETWAY_ROUTING_RECORDS_*), oldest first out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, NotFoundError
+
+from contracts.routing import BATCH, ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord
+from contracts.subjects import encode_token
+from runtime.bus import with_copies
+
+log = logging.getLogger("jetway.router.records")
+
+FLUSH_SECONDS = 0.25
+BATCH_RECORDS = 512
+MAX_BUFFERED = 65_536
+
+
+def stream_config(max_age: float, max_bytes: int, replicas: int) -> StreamConfig:
+    return StreamConfig(
+        name=ROUTING_STREAM,
+        description="Routing records: why each request went where it went (docs/router.md)",
+        subjects=[f"{ROUTING_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_age=max_age,
+        max_bytes=max_bytes,
+        discard=DiscardPolicy.OLD,
+        allow_direct=True,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, max_age: float, max_bytes: int) -> None:
+    """The records' stream, made on first use (three copies where the cluster can place them). An existing one
+    keeps its limits: an operator changes them on the stream (`nats stream edit`) or by recreating it."""
+    try:
+        await js.stream_info(ROUTING_STREAM)
+        return
+    except NotFoundError:
+        pass
+
+    async def create(replicas: int) -> None:
+        await js.add_stream(stream_config(max_age, max_bytes, replicas))
+
+    try:
+        await with_copies(create, f"stream {ROUTING_STREAM}", deadline=asyncio.get_running_loop().time() + 30)
+    except APIError as exc:
+        if exc.err_code != 10058:  # made meanwhile by another replica
+            raise
+
+
+class Records:
+    """One replica's records on their way to the stream."""
+
+    def __init__(self, nc: Client, router: str, *, sample: float = 1.0) -> None:
+        self.nc = nc
+        self.router = router
+        self.sample = sample
+        self.subject = f"{ROUTING_PREFIX}.{encode_token(router)}"
+        self.buffer: list[RoutingRecord] = []
+        self.dropped = 0
+        self.published = 0
+        self._credit = 0.0
+        self._full = asyncio.Event()
+        self._stopping = asyncio.Event()
+
+    def wanted(self) -> bool:
+        """Whether the next request is recorded (the running fraction: `sample` of them, evenly)."""
+        self._credit += self.sample
+        if self._credit >= 1.0:
+            self._credit -= 1.0
+            return True
+        return False
+
+    def add(self, record: RoutingRecord) -> None:
+        buffer = self.buffer
+        if len(buffer) >= MAX_BUFFERED:
+            self.dropped += 1
+            return
+        buffer.append(record)
+        if len(buffer) >= BATCH_RECORDS:
+            self._full.set()
+
+    async def flush(self) -> None:
+        """Publish what is buffered, in batches; what cannot be published stays for the next try."""
+        while self.buffer:
+            batch = self.buffer[:BATCH_RECORDS]
+            try:
+                await self.nc.publish(self.subject, BATCH.encode(batch))
+            except (nats.errors.Error, OSError) as exc:
+                log.warning("routing records: %d waiting, not published (%s)", len(self.buffer), type(exc).__name__)
+                return
+            del self.buffer[: len(batch)]
+            self.published += len(batch)
+
+    async def run(self) -> None:
+        """Flush every FLUSH_SECONDS or when a batch is full, until stopped; then once more."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FLUSH_SECONDS):
+                    await self._full.wait()
+            self._full.clear()
+            await self.flush()
+        await self.flush()
+        with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+            await self.nc.flush(timeout=2)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._full.set()
