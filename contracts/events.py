@@ -213,7 +213,14 @@ _decoders: dict[str, Any] = {}
 
 # Modules whose decision types join the union: whoever decodes (a service, the CLI) reads
 # every type, whichever modules it happened to import itself.
-EVENT_MODULES = ("contracts.gateway", "contracts.router", "contracts.pipeline", "contracts.cluster", "contracts.binding", "contracts.scaling")
+EVENT_MODULES = (
+    "contracts.gateway",
+    "contracts.router",
+    "contracts.pipeline",
+    "contracts.cluster",
+    "contracts.binding",
+    "contracts.scaling",
+)
 
 
 def _event_decoder() -> Any:
