@@ -30,7 +30,7 @@ class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
     prefix: float = 0.0  # the chosen member's share of the prompt's blocks, as the router's index had it
     blocks: tuple[int, ...] = ()  # the prompt's block hashes (never its text)
     block_chars: int = 0  # the block size the hashes were cut at
-    session: int | None = None  # a hash of the session id (x-session-id or `user`), never the id
+    session: int | None = None  # 64 bits of BLAKE2b of the session id (x-session-id or `user`), never the id
     key: str = ""  # the client key's name ("" with client keys off), never the key
     tokens_in: int = 0  # as the member's `usage` reported (0: not reported)
     tokens_out: int = 0

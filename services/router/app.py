@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,7 +260,7 @@ def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, sta
         prefix=choice.prefix if choice is not None else 0.0,
         blocks=tuple(blocks),
         block_chars=settings.block_chars,
-        session=zlib.crc32(session.encode("utf-8", "surrogatepass")) if session else None,
+        session=policy.session_key(session) if session else None,
         key=key,
         tokens_in=trace.tokens_in,
         tokens_out=trace.tokens_out,

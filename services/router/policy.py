@@ -27,6 +27,7 @@ queue the member reports on its /metrics.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import zlib
 from collections import OrderedDict
@@ -355,19 +356,20 @@ def home_of(text: str, block_chars: int) -> int | None:
 
 
 class Sessions:
-    """Which member a session (`x-session-id`, or the OpenAI `user` field) was last sent to; LRU, bounded."""
+    """Which member a session (`x-session-id`, or the OpenAI `user` field; by `session_key`) was last sent to; LRU,
+    bounded."""
 
     def __init__(self, capacity: int = 65_536) -> None:
         self.capacity = capacity
-        self.members: OrderedDict[str, Hashable] = OrderedDict()
+        self.members: OrderedDict[int, Hashable] = OrderedDict()
 
-    def get(self, session: str) -> Hashable | None:
+    def get(self, session: int) -> Hashable | None:
         member = self.members.get(session)
         if member is not None:
             self.members.move_to_end(session)
         return member
 
-    def put(self, session: str, member: Hashable) -> None:
+    def put(self, session: int, member: Hashable) -> None:
         self.members[session] = member
         self.members.move_to_end(session)
         if len(self.members) > self.capacity:
@@ -382,6 +384,12 @@ def sticky(views: Sequence[View], keys: Sequence[Hashable], held: Hashable | Non
         if key == held:
             return None if views[i].saturated else i
     return None
+
+
+def session_key(session: str) -> int:
+    """A session id as choosing remembers it and records carry it: 64 bits of BLAKE2b, the same in every replica
+    (the id itself is never kept)."""
+    return int.from_bytes(hashlib.blake2b(session.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
 
 
 def session_of(header: bytes | None, body: dict[str, Any] | None) -> str | None:
@@ -499,7 +507,8 @@ def pick(
                 saturated=saturated(member),
             )
         )
-    choice = decide(settings, memory, [m.key for m in ready], views, hashes, prompt.home, prompt.session)
+    session = session_key(prompt.session) if prompt.session else None
+    choice = decide(settings, memory, [m.key for m in ready], views, hashes, prompt.home, session)
     return ready[choice.index], choice
 
 
@@ -510,7 +519,7 @@ def decide(
     views: Sequence[View],
     hashes: Sequence[int],
     home: int | None,
-    session: str | None,
+    session: int | None,
 ) -> Choice:
     """`pick`'s decision on views already made (the routing replay makes them from records, replay.py): the session's
     member while it is ready and not saturated, else the policy's choice; `memory` then remembers it. With a prefix

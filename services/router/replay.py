@@ -126,7 +126,7 @@ def replay(
             views = [policy.View(outstanding=busy.get(name, 0)) for name in names]
             hashes = list(record.blocks) if record.block_chars == settings.block_chars else []
             home = hashes[0] if hashes else None
-            session = str(record.session) if record.session is not None else None
+            session = record.session
             choice = policy.ONLY if len(names) == 1 else policy.decide(settings, memory, names, views, hashes, home, session)
             member, reason = names[choice.index], choice.reason
         tokens = prompt_tokens(record)
