@@ -279,6 +279,8 @@ async def _dispatch(
     body: dict[str, Any] | None,
     started: float,
     trace: Trace | None = None,
+    *,
+    may_hold: bool = True,
 ) -> tuple[str, int]:
     """Choose a member and forward; (the member that answered, the tokens its `usage` reported)."""
     found = policy.candidates(routes.members, model, api.format)
@@ -348,6 +350,10 @@ async def _dispatch(
             return member.name, 0
         finally:
             traffic.outstanding -= 1
+    if may_hold and tried and not client.closed and routes.holds is not None and hold.holdable(routes.members.declaring(model), api.format):
+        # its members were Healthy when last probed but refused the connection: a deployment that has just gone to zero
+        # (the probe has not seen it yet). Held as if already known to be at zero, then routed again, once
+        return await _dispatch(routes, client, request, api, model, body, started, trace, may_hold=False)
     message = f"no member can take a request for {model!r} now: {last_error}"
     routes.recorder.refused(model)
     client.respond(*api_error(api, 503, message, "server_error", "upstream_unavailable"), extra=[(b"retry-after", b"1")])

@@ -127,6 +127,25 @@ async def test_a_request_for_a_model_at_zero_waits_for_its_member_and_is_answere
     assert await outcomes(stack, "released") == released + 1
 
 
+async def test_a_member_gone_to_zero_since_its_last_probe_holds_the_request_instead_of_refusing_it(stack: Stack) -> None:
+    """Its last probe found it Healthy; it has just scaled to zero (the next probe is 30 s away): the connection is
+    refused, and the request is held as if the router already knew, then answered once the member is back."""
+    port = free_port()
+    spec = {"backend": "vllm-openai", "url": f"http://127.0.0.1:{port}", "models": [{"name": "qwen"}]}
+    doc = {"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": "qwen-0", "labels": AT_ZERO}}
+    async with VllmSimulator(["qwen"], port=port):
+        assert (await stack.apply({**doc, "spec": spec}))[0] in (200, 201)
+        await eventually(lambda: stack.served("qwen"), message="qwen-0 Healthy")
+    released = await outcomes(stack, "released")
+    async with sdk(stack) as client:
+        asked = asyncio.create_task(client.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "hi"}]))
+        await eventually(functools.partial(_held_is, stack, 1), message="held after the refused connection")
+        async with VllmSimulator(["qwen"], port=port):  # the scaler's replica comes up
+            answer = await asyncio.wait_for(asked, 20)
+        assert answer.choices[0].message.content
+    assert await outcomes(stack, "released") == released + 1
+
+
 async def test_held_requests_are_released_in_arrival_order(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="jetway.router")
     port = free_port()
