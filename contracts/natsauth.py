@@ -148,7 +148,16 @@ SERVICES: tuple[ServiceUser, ...] = (
         (Writes(ROUTER, ("InferencePoolMember",)),),
         # probe times for the watcher; requests to compute agents; the members' load and held demand for the scaler;
         # the client keys' shared limits
-        publishes=(PROBE_SIGNALS, COMPUTE_SIGNALS, LOAD_SIGNALS, DEMAND_SIGNALS, *budget_subjects(), *routing_subjects(write=True)),
+        publishes=(
+            PROBE_SIGNALS,
+            COMPUTE_SIGNALS,
+            LOAD_SIGNALS,
+            DEMAND_SIGNALS,
+            *budget_subjects(),
+            *routing_subjects(write=True),
+            *routing_subjects(write=False),  # the recent records, read at start (services/router/learn.py)
+        ),
+        subscribes=(f"{ROUTING_PREFIX}.>",),  # the other replicas' records: where prefixes and sessions went
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),

@@ -400,6 +400,12 @@ class Router:
         1.0,
         "the fraction of routed requests that leave a routing record (stream JETWAY_ROUTING); 0: none",
     )
+    warm_seconds: float = setting(
+        "JETWAY_ROUTER_WARM_SECONDS",
+        Number(least=0, unit="seconds"),
+        120.0,
+        "at start, the routing records of this many seconds back teach a replica where prefixes and sessions went; 0: none",
+    )
     records_max_age: float = setting(
         "JETWAY_ROUTING_RECORDS_MAX_AGE", seconds(), 86400.0, "how long routing records are kept (when the stream is made)"
     )

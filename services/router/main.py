@@ -24,6 +24,7 @@ from services.router import app, budget, hold, metrics, policy, protocol, record
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
+from services.router.learn import Learner
 from services.router.probe import Prober
 from services.router.records import Records
 from services.router.signal import SignalClient
@@ -115,6 +116,12 @@ async def start(context: Context) -> list[Runnable]:
         ticking = asyncio.create_task(limiter.run(gate.ring)) if limiter is not None and gate is not None else None
         recording = router.routes.records
         publishing = asyncio.create_task(recording.run()) if recording is not None else None
+        # what the other replicas route teaches this one (services/router/learn.py): their records, and the recent past
+        learner = None
+        if recording is not None:
+            routes = router.routes
+            learner = Learner(context.nc, recording.subject, router.service.members, routes.memory, routes.settings)
+            warming = asyncio.create_task(learner.start(config.warm_seconds))
 
         context.before_stop.append(serving.drain)  # on SIGTERM: requests in progress finish while the probes still run
         context.checks.append(lambda: not serving.listener.draining)  # /readyz: no new traffic while draining
@@ -125,6 +132,9 @@ async def start(context: Context) -> list[Runnable]:
             if limiter is not None and ticking is not None:
                 limiter.stop()
                 await asyncio.wait([ticking], timeout=5)
+            if learner is not None:
+                warming.cancel()
+                await learner.stop()
             if recording is not None and publishing is not None:  # after the drain: the last requests' records too
                 recording.stop()
                 await asyncio.wait([publishing], timeout=5)

@@ -106,7 +106,8 @@ def test_a_session_stays_on_its_member_while_it_is_ready_and_not_saturated() -> 
     full = member(first.name, saturated=True)
     other = b if first is a else a
     moved, choice = policy.pick(settings, memory, sorted([full, other], key=lambda m: m.name), traffic, policy.Prompt(PROMPT, "s1"))
-    assert choice.reason == "round-robin" and moved is other and memory.sessions.get(policy.session_key("s1")) == other.key, "the session follows"
+    assert choice.reason == "round-robin" and moved is other
+    assert memory.sessions.get(policy.session_key("s1")) == other.key, "the session follows"
 
 
 def test_a_prompt_is_hashed_once_for_its_retry_and_not_at_all_when_the_policy_ignores_it() -> None:

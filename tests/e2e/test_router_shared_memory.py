@@ -1,0 +1,123 @@
+"""Router replicas that remember as one (services/router/learn.py), over real HTTP and real NATS: a conversation
+keeps its member whichever replica takes its next turn, a prefix one replica sent somewhere draws the same
+prompt there through another, and a replica started later is warm from the stream before it routes anything."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from runtime.bus import connect
+from runtime.leases import LeaseSettings
+from runtime.secrets import FileSecrets
+from services.router import main as router_main
+from services.router import protocol
+from services.router import records as router_records
+from services.router.learn import Learner
+from testbed.waiting import eventually
+from tests.support.nats import NatsEndpoint
+from tests.support.stack import SETTINGS, running_stack
+
+MEMBERS = ("echo-a", "echo-b", "echo-c", "echo-d")
+SYSTEM = "You are the assistant of a large company; answer politely and briefly. " * 8  # a long shared prefix
+
+
+@dataclass
+class Replica:
+    name: str
+    url: str
+    learner: Learner
+
+
+@contextlib.asynccontextmanager
+async def replica(url: str, name: str, directory: Path, warm_seconds: float = 120.0) -> AsyncIterator[Replica]:
+    """A router replica as `python -m services.router` runs one: routing records on, learning from the others."""
+    nc = await connect(url, name=name)
+    secrets = FileSecrets(directory / "secrets")
+    router = router_main.build(
+        nc, secrets, probe_interval=0.3, settings=SETTINGS, leases=LeaseSettings(8.0), replica=name, record_sample=1.0
+    )
+    records = router.routes.records
+    assert records is not None
+    await router_records.ensure_stream(nc.jetstream(), 3600.0, 16 << 20)
+    tasks = [asyncio.create_task(router.runner.run()), asyncio.create_task(records.run())]
+    server, port = await protocol.serve(router.routes, "127.0.0.1", 0)
+    learner = Learner(nc, records.subject, router.service.members, router.routes.memory, router.routes.settings)
+    try:
+        await asyncio.wait_for(router.runner.ready.wait(), 20)
+        await learner.start(warm_seconds)
+        yield Replica(name, f"http://127.0.0.1:{port}/v1", learner)
+    finally:
+        server.close()
+        await learner.stop()
+        records.stop()
+        router.runner.stop()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 20)
+        router.routes.pool.close()
+        await nc.close()
+
+
+async def chat(http: aiohttp.ClientSession, base: str, messages: list[dict[str, str]], session: str | None = None) -> tuple[str, str]:
+    """(the member that answered, why it was chosen)."""
+    headers = {"x-session-id": session} if session else {}
+    async with http.post(f"{base}/chat/completions", json={"model": "echo", "messages": messages}, headers=headers) as response:
+        assert response.status == 200, await response.text()
+        route = response.headers["x-jetway-route"]
+        return response.headers["x-jetway-member"], route.split("reason=")[1].split(";")[0]
+
+
+async def all_ready(http: aiohttp.ClientSession, base: str) -> bool:
+    async with http.get(f"{base}/models") as response:
+        listed = (await response.json())["data"]
+    return bool(listed) and len(listed[0].get("members", [])) == len(MEMBERS)
+
+
+async def test_three_replicas_keep_a_conversation_and_a_prefix_where_one_of_them_sent_it(nats: NatsEndpoint, tmp_path: Path) -> None:
+    async with running_stack(nats.url, tmp_path, probe_interval=3600.0) as stack:
+        stack.router.runner.stop()  # the replicas below are the routers
+        for name in MEMBERS:
+            member = {"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": name}}
+            assert (await stack.apply({**member, "spec": {"backend": "echo", "models": [{"name": "echo"}]}}))[0] == 201
+        async with (
+            replica(nats.url, "a", tmp_path) as a,
+            replica(nats.url, "b", tmp_path) as b,
+            replica(nats.url, "c", tmp_path) as c,
+            aiohttp.ClientSession() as http,
+        ):
+            for r in (a, b, c):
+                await eventually(lambda u=r.url: all_ready(http, u), timeout=20, message=f"every member ready at {r.name}")
+            # a conversation, each turn through the next replica: the first replica's choice holds
+            messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "turn 0"}]
+            first, _ = await chat(http, a.url, messages, session="conv-1")
+            for turn, r in enumerate((b, c, a, b), start=1):
+                messages.append({"role": "user", "content": f"turn {turn}"})
+
+                async def kept(base: str = r.url) -> bool:  # the others learn a turn one batch (a quarter second) later
+                    return await chat(http, base, messages, session="conv-1") == (first, "session")
+
+                await eventually(kept, timeout=5, interval=0.1, message=f"turn {turn} at {r.name} on {first}")
+            # a long prefix sent through b draws the same prompt family through c, by prefix
+            prompt = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "what is the time?"}]
+            owner, _ = await chat(http, b.url, prompt)
+            again = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "and the date?"}]
+
+            async def drawn() -> bool:
+                return await chat(http, c.url, again) == (owner, "prefix")
+
+            await eventually(drawn, timeout=5, interval=0.1, message=f"the prefix drawn to {owner} through c")
+            # a replica started now is warm from the stream before it routes anything
+            async with replica(nats.url, "d", tmp_path) as d:
+                assert d.learner.learned > 0
+                await eventually(lambda: all_ready(http, d.url), timeout=20, message="every member ready at d")
+                messages.append({"role": "user", "content": "a late turn"})
+                assert await chat(http, d.url, messages, session="conv-1") == (first, "session")
+            # without the warm start, the same newcomer would not know the conversation
+            async with replica(nats.url, "e", tmp_path, warm_seconds=0) as e:
+                assert e.learner.learned == 0
