@@ -221,6 +221,7 @@ async def up(options: Options) -> int:
         keyfile = KeyFile.in_store(secret_store)
         keyfile.load()
         router.routes.keys = Gate(lambda: keyfile.ring)
+    router_main.fair_queue(router, configured.router)  # JETWAY_ROUTER_FAIR_*: a fair queue when members are saturated
     console = Console(recorder=RECORDER)  # the pages' router figures: the router's counters in this process
     door = api.standalone(nc, watcher.service, token, console)
     # the rest as their own processes start them (services/catalog.py), from the settings read above: the workload

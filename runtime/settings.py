@@ -425,6 +425,25 @@ class Router:
     hold_seconds: float = setting(
         "JETWAY_ROUTER_HOLD_SECONDS", seconds(3600), 60.0, "how long a request is held for a model starting from zero; then a 503"
     )
+    fair_per_member: int = setting(
+        "JETWAY_ROUTER_FAIR_PER_MEMBER",
+        whole(0, unit="requests"),
+        0,
+        "requests in flight from this router to one member before a model's requests queue, released fairly by client key "
+        "in tokens (docs/router.md, Fair tenants); 0: no queue",
+    )
+    fair_queue_max: int = setting(
+        "JETWAY_ROUTER_FAIR_QUEUE_MAX", whole(1, unit="requests"), 256, "requests waiting per model when its members are full; then a 503"
+    )
+    fair_tenant_max: int = setting(
+        "JETWAY_ROUTER_FAIR_TENANT_MAX",
+        whole(1, unit="requests"),
+        64,
+        "of them, requests of one client key (its share of the queue); past it a 429",
+    )
+    fair_seconds: float = setting(
+        "JETWAY_ROUTER_FAIR_SECONDS", seconds(3600), 30.0, "how long a request waits in the fair queue for a free member; then a 503"
+    )
     probe_interval: float = setting("JETWAY_PROBE_INTERVAL", seconds(), 5.0, "how often every member is probed")
     secrets_dir: str = setting(
         "JETWAY_SECRETS_DIR", Text(), "/var/run/jetway/secrets", "the members' credentials (the mounted secret store)"

@@ -37,6 +37,7 @@ from contracts.subjects import Key
 from services.router import echo, hold, policy
 from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_field, openai_error
 from services.router.apis import error as api_error
+from services.router.fair import Fair
 from services.router.keys import Admission, Gate, wants_anthropic_errors
 from services.router.metrics import RECORDER, Recorder
 from services.router.projection import Member, Members
@@ -65,6 +66,7 @@ class Routes:
     keys: Gate | None = None  # None: any client may call (client keys off)
     recorder: Recorder = RECORDER
     holds: hold.Holds | None = None  # None: a request for a model with no ready member is a 503 at once
+    fair: Fair | None = None  # None: no cap per member, no queue (services/router/fair.py)
     records: Records | None = None  # None: no routing records (services/router/records.py)
     memory: policy.Memory = field(init=False)  # the prefix index, the sessions, the turn
 
@@ -303,6 +305,11 @@ async def _dispatch(
         # a 400 as OpenAI's API and vLLM answer it (the SDKs raise BadRequestError; Anthropic's invalid_request_error)
         client.respond(*api_error(api, 400, too_large, "invalid_request_error", "context_length_exceeded", api.prompt_field))
         return "", 0
+    if routes.fair is not None:  # every member at its cap: wait for a slot in the model's fair queue (fair.py)
+        queued = await routes.fair.wait(routes.keys, client, request, api, model, body, fitting)
+        if queued is None:
+            return "", 0
+        fitting = queued
     settings = routes.settings
     asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), always=trace is not None)
     if trace is not None:
@@ -350,6 +357,8 @@ async def _dispatch(
             return member.name, 0
         finally:
             traffic.outstanding -= 1
+            if routes.fair is not None:
+                routes.fair.freed(member)  # its slot goes to the next request in fair order
     if may_hold and tried and not client.closed and routes.holds is not None and hold.holdable(routes.members.declaring(model), api.format):
         # its members were Healthy when last probed but refused the connection: a deployment that has just gone to zero
         # (the probe has not seen it yet). Held as if already known to be at zero, then routed again, once

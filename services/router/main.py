@@ -21,6 +21,8 @@ from runtime.leases import Leases, LeaseSettings, replica_id
 from runtime.secrets import FileSecrets, SecretSource
 from runtime.service import Runnable, Runner, RunnerSettings
 from services.router import app, budget, hold, metrics, policy, protocol, records
+from services.router.fair import Fair
+from services.router.fair import Settings as FairSettings
 from services.router.handlers import DEFAULT_PROBE_INTERVAL, RouterService
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
@@ -106,6 +108,7 @@ async def start(context: Context) -> list[Runnable]:
         keyfile.load()  # before serving: the first request meets the keys
         shared = budget.SharedLimiter(context.nc.jetstream(timeout=budget.CLAIM_TIMEOUT), context.replica or replica_id())
         router.routes.keys = Gate(lambda: keyfile.ring, shared if config.limits == "shared" else None)
+    fair_queue(router, config)
 
     async def serve() -> Stop:
         serving = await protocol.listen(router.routes, config.host, config.port, limits=limits)
@@ -159,6 +162,14 @@ def routing_of(config: tree.Router) -> policy.Settings:
 def holding_of(config: tree.Router) -> hold.Settings:
     """How it holds requests for a model starting from zero (JETWAY_ROUTER_HOLD_MAX, JETWAY_ROUTER_HOLD_SECONDS)."""
     return hold.Settings(**{f.name: getattr(config, f.name) for f in fields(hold.Settings)})
+
+
+def fair_queue(router: Router, config: tree.Router) -> None:
+    """Its fair queue for saturated members, when JETWAY_ROUTER_FAIR_PER_MEMBER is set (JETWAY_ROUTER_FAIR_*: fair.py)."""
+    settings = FairSettings(**{f.name: getattr(config, f"fair_{f.name}") for f in fields(FairSettings)})
+    if settings.on:
+        router.routes.fair = Fair(router.service.members, settings)
+        metrics.RECORDER.queued = router.routes.fair.counts
 
 
 SERVICE = Declared(NAME, start, uses_kube=False, servers=("the router: JETWAY_ROUTER_HOST, JETWAY_ROUTER_PORT",))
