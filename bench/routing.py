@@ -283,7 +283,7 @@ def main(quick: bool, replay_only: bool = False) -> dict[str, Any]:
     }
     slowed_plan = uniform(users, users * (6 if quick else 24), seed=13)  # longer: the end of a run is on the slow member or not
     workloads["slowed"] = (slowed_plan, sum(len(c) for c in slowed_plan) // 3)
-    policies = POLICIES
+    policies: tuple[str, ...] = POLICIES
     if replay_only:  # `--replay-only`: the shared-prefix workload under the two policies the replay is validated on
         workloads = {"shared-prefix": workloads["shared-prefix"]}
         policies = ("least-outstanding", "prefix-cache")
