@@ -364,6 +364,7 @@ class Chats:
     router: str
     key: str
     model: str
+    max_tokens: int = 5  # the simulator answers "tok " this many times, 2 ms a token
     sent: int = 0
     failures: list[str] = dataclasses.field(default_factory=list)
     stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -375,10 +376,10 @@ class Chats:
         while not self.stopping.is_set():
             try:
                 stream = client.chat.completions.create(
-                    model=self.model, messages=[{"role": "user", "content": "hello"}], max_tokens=5, stream=True
+                    model=self.model, messages=[{"role": "user", "content": "hello"}], max_tokens=self.max_tokens, stream=True
                 )
                 text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-                if text != "tok " * 5:
+                if text != "tok " * self.max_tokens:
                     self.failures.append(f"answered {text!r}")
             except openai.APIError as failure:
                 self.failures.append(f"{type(failure).__name__}: {failure}")
@@ -420,6 +421,96 @@ def test_a_rolling_update_of_the_router_fails_no_request(node: NodeCluster, inst
     print(f"\nrouter rolled in {time.monotonic() - started:.0f} s under {chats.sent} chats, {len(chats.failures)} failed", file=sys.stderr)
     assert not before & after  # every replica replaced
     assert chats.failures == [], f"{len(chats.failures)} of {chats.sent} chats failed: {chats.failures[:5]}"
+
+
+def autoscaled(cluster: NodeCluster, name: str, served: str, autoscaling: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    md = simulator_deployment(cluster, name, served)
+    md["spec"]["scaling"] = {"replicas": 1, "autoscaling": autoscaling}
+    md["spec"].update(spec)
+    return md
+
+
+def replica_counts(cluster: NodeCluster, name: str) -> tuple[int, int]:
+    """The rendered Deployment's (spec.replicas, status.readyReplicas); (-1, -1) while it is not there."""
+    found = cluster.kubectl("get", "deployment", name, "-n", SIMULATOR_NS, "-o", "json", check=False)
+    if found.returncode != 0:
+        return -1, -1
+    deployment = json.loads(found.stdout)
+    return deployment["spec"].get("replicas", 1), deployment.get("status", {}).get("readyReplicas", 0)
+
+
+def scale_steps(cluster: NodeCluster, name: str) -> str:
+    """What `jetway events` would say: the ModelDeployment's status and its Deployment's counts, for a failure."""
+    md = cluster.kubectl("get", "md", name, "-n", SIMULATOR_NS, "-o", "json", check=False).stdout
+    return f"replicas {replica_counts(cluster, name)}; md {md[-2000:]}"
+
+
+def test_an_autoscaled_deployment_follows_a_load_step_up_to_3_and_back_to_1(
+    node: NodeCluster, installed: Installation, simulator: str
+) -> None:
+    """The simulator runs one request at a time (`--max-num-seqs 1`), so 8 clients keep 7 waiting on one replica:
+    at 2 waiting per replica the scaler asks for 4, bounded to 3; when the load stops, 3 are idle for the delay
+    and it comes back to the minimum."""
+    auto = autoscaled(
+        node,
+        "auto",
+        "auto-model",
+        {"minReplicas": 1, "maxReplicas": 3, "signal": "waitingPerReplica", "target": 2, "scaleDownDelaySeconds": 15},
+        engine={**simulator_deployment(node, "auto", "auto-model")["spec"]["engine"], "args": {"max-num-seqs": "1"}},
+    )
+    pods.apply(node, auto)
+    try:
+        wait_for(lambda: replica_counts(node, "auto") == (1, 1), 240, "one replica Ready", lambda: scale_steps(node, "auto"))
+        wait_for(lambda: (member_of(node, "auto-model") or {}).get("status", {}).get("phase") == "Healthy", 120, "auto's member Healthy")
+        router = service_address(node, "jetway-router", 8080)
+        with Chats(router, installed.client_key, "auto-model", max_tokens=100).running(clients=8) as chats:
+            started = time.monotonic()
+            wait_for(lambda: replica_counts(node, "auto") == (3, 3), 240, "3 replicas Ready under load", lambda: scale_steps(node, "auto"))
+            up = time.monotonic() - started
+        stopped = time.monotonic()
+        wait_for(lambda: replica_counts(node, "auto")[0] == 1, 180, "back to 1 replica after the load", lambda: scale_steps(node, "auto"))
+        down = time.monotonic() - stopped
+        print(
+            f"\nautoscaled: 1 -> 3 Ready {up:.1f} s after 8 clients started; back to 1 {down:.1f} s after they stopped "
+            f"(delay 15 s); {chats.sent} chats, {len(chats.failures)} failed",
+            file=sys.stderr,
+        )
+        assert chats.failures == [], f"{len(chats.failures)} of {chats.sent} chats failed: {chats.failures[:5]}"
+        # every step is explained on the record: `jetway events` shows the scaler's decisions with their signal
+        history = recorded_events(node, "md/auto")
+        assert "ScaleDecided" in history and "waitingPerReplica" in history, history[-3000:]
+    finally:
+        node.kubectl("delete", "md", "auto", "-n", SIMULATOR_NS, "--wait=false", check=False)
+
+
+def test_a_deployment_at_zero_holds_the_first_request_and_answers_it(node: NodeCluster, installed: Installation, simulator: str) -> None:
+    """Minimum 0: idle, it goes to no pod at all; a streamed chat then is held by the router, the scaler scales to
+    one on the demand, and the chat is answered from the new pod."""
+    pods.apply(node, autoscaled(node, "zero", "zero-model", {"minReplicas": 0, "maxReplicas": 1, "scaleDownDelaySeconds": 5}))
+    try:
+        wait_for(lambda: member_of(node, "zero-model") is not None, 240, "zero's member recorded", lambda: scale_steps(node, "zero"))
+        wait_for(lambda: replica_counts(node, "zero") == (0, 0), 240, "scaled to zero while idle", lambda: scale_steps(node, "zero"))
+        wait_for(lambda: not pods.get(node, "pods", "-n", SIMULATOR_NS, "-l", "app=zero")["items"], 120, "zero's pod gone")
+        member = member_of(node, "zero-model")
+        assert member is not None and member["metadata"]["labels"].get("jetway.dev/scale-from-zero"), member
+        router = service_address(node, "jetway-router", 8080)
+        client = openai.OpenAI(base_url=f"http://{router}/v1", api_key=installed.client_key, max_retries=0, timeout=180)
+        started = time.monotonic()
+        stream = client.chat.completions.create(
+            model="zero-model", messages=[{"role": "user", "content": "hello"}], max_tokens=3, stream=True
+        )
+        text, first = "", None
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                first = first or time.monotonic() - started
+                text += chunk.choices[0].delta.content
+        client.close()
+        assert text == "tok " * 3
+        assert first is not None
+        print(f"\nfrom zero: the first request's first token {first:.1f} s after it was sent", file=sys.stderr)
+        assert replica_counts(node, "zero")[0] == 1
+    finally:
+        node.kubectl("delete", "md", "zero", "-n", SIMULATOR_NS, "--wait=false", check=False)
 
 
 BURST_NS = "burst"
@@ -541,6 +632,23 @@ def replayed(cluster: NodeCluster, namespace: str) -> dict[str, Any]:
     assert password not in done.stdout + done.stderr
     manifests = json.loads(done.stdout.split("\n", 1)[1])  # after the "# state as of" line
     return {m["metadata"]["name"]: m["spec"] for m in manifests if m["metadata"].get("namespace") == namespace}
+
+
+def recorded_events(cluster: NodeCluster, ref: str, namespace: str = SIMULATOR_NS) -> str:
+    """`jetway events REF` as the console's NATS user from this machine."""
+    password = nats_password(cluster, "console")
+    nats = service_address(cluster, "jetway-nats", 4222)
+    done = subprocess.run(
+        [str(BIN / "jetway"), "events", ref, "-n", namespace, "--nats", f"nats://{nats}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JETWAY_NATS_USER": "console", "JETWAY_NATS_PASSWORD": password},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert password not in done.stdout + done.stderr
+    return done.stdout
 
 
 def stored(cluster: NodeCluster, namespace: str) -> dict[str, Any]:
