@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -170,10 +171,31 @@ async def oracle_url(http: aiohttp.ClientSession, sims: list[str], messages: lis
     return max(range(len(sims)), key=lambda i: (held[i], -in_flight[i]))
 
 
+@dataclass
+class Routers:
+    """Several router replicas behind a round-robin client, as a Service spreads requests: each request to the next
+    replica alive; `kill` stops one (SIGKILL, as a crash) once `kill_after` requests were sent."""
+
+    urls: list[str]
+    kill: subprocess.Popen[bytes] | None = None
+    kill_url: str = ""
+    kill_after: int = 0
+    turn: int = 0
+
+    def next(self, sent: int) -> str:
+        if self.kill is not None and sent >= self.kill_after:
+            self.kill.kill()
+            self.urls.remove(self.kill_url)
+            self.kill = None
+        self.turn += 1
+        return self.urls[self.turn % len(self.urls)]
+
+
 async def drive(
-    router: str | None, sims: list[str], plan: list[list[Conversation]], *, slow_after: int | None = None
+    router: str | Routers | None, sims: list[str], plan: list[list[Conversation]], *, slow_after: int | None = None
 ) -> tuple[Run, list[dict[str, Any]]]:
-    """Every user's conversations through the router (or the oracle when `router` is None); the simulators' stats."""
+    """Every user's conversations through the router (several, round robin; or the oracle when `router` is None);
+    the simulators' stats."""
     run = Run()
     sent = 0
     in_flight = [0] * len(sims)
@@ -204,7 +226,8 @@ async def drive(
                         finally:
                             in_flight[chosen] -= 1
                     else:
-                        await stream(http, f"{router}/v1/chat/completions", messages, run, warm_up=warm_up)
+                        base = router.next(sent) if isinstance(router, Routers) else router
+                        await stream(http, f"{base}/v1/chat/completions", messages, run, warm_up=warm_up)
 
         started = time.perf_counter()
         await asyncio.gather(*(user(c) for c in plan))
@@ -242,9 +265,9 @@ def summary(run: Run, stats: list[dict[str, Any]]) -> dict[str, Any]:
 # --- jetway up, once per policy --------------------------------------------------------------------------
 
 
-def start_jetway(work: Path, policy: str, sims: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_jetway(work: Path, policy: str, sims: list[str], name: str = "") -> tuple[subprocess.Popen[bytes], str]:
     api_port, router_port = free_port(), free_port()
-    data = work / f"jetway-{policy}"
+    data = work / f"jetway-{name or policy}"
     jetway = str(Path(sys.executable).parent / "jetway")
     command = [jetway, "up", "--data-dir", str(data), "--api-port", str(api_port), "--router-port", str(router_port)]
     command += ["--router-policy", policy, "--probe-interval", "1"]
@@ -326,6 +349,88 @@ def main(quick: bool, replay_only: bool = False) -> dict[str, Any]:
     return results
 
 
+def start_router(work: Path, data: Path, name: str, members: int) -> tuple[subprocess.Popen[bytes], str]:
+    """Another router replica (`python -m services.router`, as a pod runs it) on `jetway up`'s NATS."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "JETWAY_NATS_URL": nats_url(None, str(data)),
+        "JETWAY_REPLICA": name,
+        "JETWAY_ROUTER_HOST": "127.0.0.1",
+        "JETWAY_ROUTER_PORT": str(port),
+        "JETWAY_HEALTH_HOST": "127.0.0.1",
+        "JETWAY_HEALTH_PORT": str(free_port()),
+        "JETWAY_SECRETS_DIR": str(work / "secrets"),
+        "JETWAY_PROBE_INTERVAL": "1",
+        "JETWAY_ROUTER_POLICY": "prefix-cache",
+    }
+    process = subprocess.Popen(pinned(0, [sys.executable, "-m", "services.router"]), cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as response:
+                listed = json.loads(response.read())["data"]
+            if listed and len(listed[0]["members"]) == members:
+                return process, url
+        except OSError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"router replica {name} did not come up")
+
+
+def replicas_main(quick: bool) -> dict[str, Any]:
+    """The shared-prefix workload through one router, then through three replicas behind a round-robin client with
+    one killed a third of the way in (issue 26 #2): hit rate and TTFT p90 of each."""
+    users = 16 if quick else 32
+    plan = shared_prefix(users, users * (2 if quick else 3), 5 if quick else 8)
+    work = Path(tempfile.mkdtemp(prefix="jetway-replicas-bench-"))
+    ports_file = work / "ports.json"
+    sims_process = subprocess.Popen(
+        pinned(1, [sys.executable, "-m", "bench.routing", "--serve-simulators", str(MEMBERS), "--ports-file", str(ports_file)]), cwd=ROOT
+    )
+    rows: dict[str, Any] = {}
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not ports_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sims = [f"http://127.0.0.1:{port}" for port in json.loads(ports_file.read_text())]
+        process, router = start_jetway(work, "prefix-cache", sims, name="one-router")
+        processes.append(process)
+        run, stats = asyncio.run(drive(router, sims, plan))
+        rows["one router"] = summary(run, stats)
+        process.terminate()
+        process.wait(30)
+        process, router = start_jetway(work, "prefix-cache", sims, name="three-routers")
+        processes.append(process)
+        b, b_url = start_router(work, work / "jetway-three-routers", "router-b", len(sims))
+        c, c_url = start_router(work, work / "jetway-three-routers", "router-c", len(sims))
+        processes += [b, c]
+        sent = sum(len(conversation.turns) for conversations in plan for conversation in conversations)
+        routers = Routers([router, b_url, c_url], kill=b, kill_url=b_url, kill_after=sent // 3)
+        run, stats = asyncio.run(drive(routers, sims, plan))
+        rows["three routers, one killed"] = summary(run, stats)
+        for name, row in rows.items():
+            print(f"{name:26} {json.dumps({k: v for k, v in row.items() if k != 'per_member'})}")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(30)
+        sims_process.terminate()
+        sims_process.wait(30)
+    one = rows["one router"]
+    three = rows["three routers, one killed"]
+    print("\nshared-prefix: one router vs three replicas behind a round-robin client, one killed a third of the way in")
+    print(f"  {'':26} {'hit rate':>8} {'TTFT p90':>9} {'errors':>6}")
+    for name, row in rows.items():
+        print(f"  {name:26} {row['hit_rate']:8.1%} {row['ttft_p90_s']:8.3f}s {row['errors']:6}")
+    print(f"  three over one: hit rate {three['hit_rate'] / one['hit_rate']:.3f}, TTFT p90 {three['ttft_p90_s'] / one['ttft_p90_s']:.3f}")
+    return {"members": MEMBERS, "users": users, "replicas": rows}
+
+
 def routing_records(data: Path, began: float, ended: float, expected: int) -> list[RoutingRecord]:
     """The routing records `jetway up` stored for one workload's requests (every one: JETWAY_ROUTER_RECORDS is 1)."""
     url = nats_url(None, str(data))
@@ -389,13 +494,17 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="half the users and fewer turns (about a third of the time)")
     parser.add_argument("--json", help="write the results here (bench/results/routing.json)")
     parser.add_argument("--replay-only", action="store_true", help="only the shared-prefix workload, to validate `jetway replay routing`")
+    parser.add_argument("--replicas", action="store_true", help="the shared-prefix workload through one router, then three with one killed")
     parser.add_argument("--serve-simulators", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ports-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_simulators:
         asyncio.run(serve_simulators(args.serve_simulators, Path(args.ports_file)))
         sys.exit(0)
-    found = main(args.quick, args.replay_only)
-    report(found)
+    if args.replicas:
+        found = replicas_main(args.quick)
+    else:
+        found = main(args.quick, args.replay_only)
+        report(found)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n")

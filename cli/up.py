@@ -38,6 +38,7 @@ from services.router import policy, protocol
 from services.router import records as router_records
 from services.router.keyfile import KeyFile
 from services.router.keys import Gate
+from services.router.learn import Learner
 from services.router.metrics import RECORDER
 from services.watcher import main as watcher_main
 
@@ -237,6 +238,9 @@ async def up(options: Options) -> int:
     publishing = asyncio.create_task(recording.run(), name="routing-records") if recording is not None else None
     api_runner = serving = None
     supervisor: asyncio.Future[str] | None = None
+    learner: Learner | None = None
+    warming: asyncio.Task[None] | None = None
+    sharing: asyncio.Task[None] | None = None
     try:
         ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
@@ -256,6 +260,12 @@ async def up(options: Options) -> int:
                 with contextlib.suppress(Exception):
                     task.result()
             return 1 if failed else 0
+        if recording is not None:  # the recent routing records warm the router's memory; other replicas' records teach it
+            learner = router.routes.learner = Learner(
+                nc, recording.subject, router.service.members, router.routes.memory, router.routes.settings
+            )
+            warming = asyncio.create_task(learner.start(configured.router.warm_seconds), name="routing-memory")
+            sharing = asyncio.create_task(learner.share_load(), name="routing-load")
         # the built-in providers registered, so a first apply may choose any of them (a Ctrl-C meanwhile stops at once)
         known = asyncio.ensure_future(catalog.providers_known(runners))
         await asyncio.wait([known, stopped, closed], return_when=asyncio.FIRST_COMPLETED)
@@ -316,6 +326,11 @@ async def up(options: Options) -> int:
             cut = await serving.drain(hurry)
             if cut:
                 say(f"{cut} request{'s' if cut != 1 else ''} still in progress cut off")
+        if warming is not None and learner is not None:
+            warming.cancel()
+            await learner.stop()
+            if sharing is not None:
+                await asyncio.wait([sharing], timeout=5)
         if recording is not None and publishing is not None:  # the drained requests' records too
             recording.stop()
             await asyncio.wait([publishing], timeout=5)

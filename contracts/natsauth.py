@@ -30,7 +30,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
-from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM
+from contracts.routing import INFLIGHT_PREFIX, PLACEMENT_PREFIX, ROUTING_PREFIX, ROUTING_STREAM
 from contracts.subjects import (
     BINDING,
     DLQ_PREFIX,
@@ -156,8 +156,11 @@ SERVICES: tuple[ServiceUser, ...] = (
             *budget_subjects(),
             *routing_subjects(write=True),
             *routing_subjects(write=False),  # the recent records, read at start (services/router/learn.py)
+            f"{PLACEMENT_PREFIX}.>",  # where each request went, told to the other replicas
+            f"{INFLIGHT_PREFIX}.>",  # its requests in flight per member, for the other replicas' load terms
         ),
-        subscribes=(f"{ROUTING_PREFIX}.>",),  # the other replicas' records: where prefixes and sessions went
+        # the other replicas' records (who they are), placements (where prefixes and sessions went) and load
+        subscribes=(f"{ROUTING_PREFIX}.>", f"{PLACEMENT_PREFIX}.>", f"{INFLIGHT_PREFIX}.>"),
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),

@@ -14,6 +14,8 @@ import msgspec
 
 ROUTING_STREAM = "JETWAY_ROUTING"
 ROUTING_PREFIX = "jetway.routing"  # a batch from one replica: jetway.routing.<replica token>
+INFLIGHT_PREFIX = "jetway.inflight"  # a replica's requests in flight per member, ten times a second: jetway.inflight.<replica>
+PLACEMENT_PREFIX = "jetway.placement"  # one decision, told to the other replicas at once: jetway.placement.<replica token>
 
 
 class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
@@ -37,6 +39,23 @@ class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
     ttft: float | None = None  # seconds to the first streamed event (None: not streamed)
     elapsed: float = 0.0  # seconds from arrival to the answer's end
     router: str = ""  # the replica that routed it
+
+
+class Placement(msgspec.Struct, frozen=True, array_like=True):
+    """Where one request was just sent, for the other router replicas' memory (services/router/learn.py): published
+    when the router decides, not stored (the record, at the request's end, is what is kept)."""
+
+    model: str
+    member: str
+    blocks: tuple[int, ...] = ()
+    block_chars: int = 0
+    session: int | None = None
+
+
+class InFlight(msgspec.Struct, frozen=True, array_like=True):
+    """One router replica's requests in flight, per member (those with any), for the other replicas' load terms."""
+
+    members: tuple[tuple[str, int], ...] = ()
 
 
 BATCH = msgspec.json.Encoder()

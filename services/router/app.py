@@ -39,8 +39,9 @@ from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_f
 from services.router.apis import error as api_error
 from services.router.fair import Fair
 from services.router.keys import Admission, Gate, wants_anthropic_errors
+from services.router.learn import Learner
 from services.router.metrics import RECORDER, Recorder
-from services.router.projection import Member, Members
+from services.router.projection import Member, Members, Traffic
 from services.router.protocol import HttpConnection, Request
 from services.router.records import Records
 from services.router.relay import Relay
@@ -68,6 +69,7 @@ class Routes:
     holds: hold.Holds | None = None  # None: a request for a model with no ready member is a 503 at once
     fair: Fair | None = None  # None: no cap per member, no queue (services/router/fair.py)
     records: Records | None = None  # None: no routing records (services/router/records.py)
+    learner: Learner | None = None  # None: no other replica learns from this one (services/router/learn.py)
     memory: policy.Memory = field(init=False)  # the prefix index, the sessions, the turn
 
     def __post_init__(self) -> None:
@@ -203,6 +205,26 @@ def _read(api: Api, request: Request) -> tuple[str, dict[str, Any] | None] | tup
     return model, body
 
 
+class InFlight:
+    """One request counted in flight to its member until the member has answered it: ended before the client gets
+    the last bytes (Relay.done), so a client's next request, to this replica or another, finds it gone (learn.py)."""
+
+    __slots__ = ("learner", "traffic")
+
+    def __init__(self, traffic: Traffic, learner: Learner | None) -> None:
+        traffic.outstanding += 1
+        self.traffic: Traffic | None = traffic
+        self.learner = learner
+
+    def end(self) -> None:
+        traffic = self.traffic
+        if traffic is not None:
+            self.traffic = None
+            traffic.outstanding -= 1
+            if self.learner is not None:
+                self.learner.finished()
+
+
 class Trace:
     """What a recorded request's routing saw (contracts/routing.py), filled in by `_dispatch` as it goes."""
 
@@ -324,14 +346,16 @@ async def _dispatch(
             routes.recorder.retried(model)
         member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked)
         routes.recorder.chose(settings.policy, choice.reason)
+        if routes.learner is not None:  # the other replicas learn where it went (services/router/learn.py)
+            session = policy.session_key(asked.session) if asked.session else None
+            await routes.learner.tell(model, member.name, asked.hashes, session)
         if trace is not None:
             trace.choice = choice
         tried.add(member.key)
-        traffic = routes.members.traffic_of(member.key)
-        traffic.outstanding += 1
+        in_flight = InFlight(routes.members.traffic_of(member.key), routes.learner)
         try:
             header = policy.route_header(choice, settings.policy)
-            relay = await forward(routes, client, request, member, body, model, api, header)
+            relay = await forward(routes, client, request, member, body, model, api, header, in_flight.end)
             if relay is None:
                 return member.name, 0
             prompt, completion = relay.usage()
@@ -356,7 +380,7 @@ async def _dispatch(
             client.abort()
             return member.name, 0
         finally:
-            traffic.outstanding -= 1
+            in_flight.end()
             if routes.fair is not None:
                 routes.fair.freed(member)  # its slot goes to the next request in fair order
     if may_hold and tried and not client.closed and routes.holds is not None and hold.holdable(routes.members.declaring(model), api.format):
@@ -400,8 +424,10 @@ async def forward(
     model: str,
     api: Api,
     route_header: bytes,
+    on_end: Callable[[], None] | None = None,
 ) -> Relay | None:
-    """Send the request to `member` and relay its answer; the Relay (None for an echo member's own answer)."""
+    """Send the request to `member` and relay its answer; the Relay (None for an echo member's own answer). `on_end`
+    runs when the member has answered all of it, before the client has the last bytes."""
     name = member.name.encode()
     if member.spec.backend == "echo":
         chat = api.prompt_field == "messages"
@@ -423,6 +449,7 @@ async def forward(
     content_type = request.headers.get(b"content-type", b"application/json") if api.multipart else b"application/json"
     headers = [(b"content-type", content_type)] + [(n, v) for n, v in request.headers.items() if n in FORWARDED_REQUEST_HEADERS]
     relay = Relay(client, member.name, route_header)
+    relay.on_end = on_end
     if member.spec.transport == "operator-signal":
         if routes.signal is None:
             raise BeforeResponse("operator-signal transport is not available")

@@ -1,14 +1,20 @@
 """Router replicas that remember as one: each learns from the others' routing records where prompts' prefixes
 were sent and which member each session is on (docs/router.md, "Replicas that remember as one").
 
-A replica's records (records.py) already say, for every routed request, the prompt's block hashes, the session's
-hash and the member. Every replica subscribes to the records' subject and folds the other replicas' batches into
+When a replica decides, it tells the others at once: a `Placement` (the model, the member, the prompt's block
+hashes, the session's hash) on a core NATS subject, not stored. Every replica folds the others' placements into
 its own memory (`policy.Memory`: the prefix index and the sessions, both LRU-bounded as before), so a
-conversation's next turn finds its member whichever replica takes it, about a quarter of a second (one batch)
-after the turn before. A replica that starts reads the last `warm_seconds` of the stream first: it is warm
-before it has routed anything.
+conversation's next turn finds its member whichever replica takes it, even when it is sent the moment the turn
+before ends. A replica tells only while it has peers: it knows them by their once-a-second load counts (below), so a lone
+router spends nothing on it. A replica that starts reads the last `warm_seconds` of the
+records' stream first (the same fields, kept): it is warm before it has routed anything.
 
-`learn` is the fold (no I/O); `Learner` is the subscription and the start-up read.
+Load is shared too: ten times a second (once a second when nothing changed), a replica says how many requests it
+has in flight to each member (`InFlight`, core NATS, not stored). Each replica adds the others' latest counts to its own
+(`Traffic.others`), so the load terms of the policies and the load bound see the whole deployment's traffic,
+at most a tenth of a second old; a replica silent for a second (killed) counts for nothing.
+
+`learn` and `others` are the folds (no I/O); `Learner` is the subscriptions, the telling and the start-up read.
 """
 
 from __future__ import annotations
@@ -25,17 +31,34 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord, decode_batch
+from contracts.routing import (
+    INFLIGHT_PREFIX,
+    PLACEMENT_PREFIX,
+    ROUTING_PREFIX,
+    ROUTING_STREAM,
+    InFlight,
+    Placement,
+    RoutingRecord,
+    decode_batch,
+)
 from runtime.reader import OrderedReader
 from services.router import policy
 from services.router.projection import Members
 
 log = logging.getLogger("jetway.router.learn")
 
+INFLIGHT_SECONDS = 0.1  # how often a replica says its requests in flight (when it has peers)
+INFLIGHT_STALE = 1.0  # a replica silent this long counts for nothing (it says its counts at least once a second)
+PEER_SECONDS = 30.0  # records are published every quarter second while a replica routes; silence this long: gone
+_ENCODE = msgspec.msgpack.Encoder().encode
+_DECODE = msgspec.msgpack.Decoder(Placement).decode
+_ENCODE_INFLIGHT = msgspec.msgpack.Encoder().encode
+_DECODE_INFLIGHT = msgspec.msgpack.Decoder(InFlight).decode
 
-def learn(records: Iterable[RoutingRecord], members: Members, memory: policy.Memory, settings: policy.Settings) -> int:
-    """Fold records of other replicas into `memory`; how many taught something. A record of a member this replica
-    does not know (yet, or any more) teaches nothing; nor do blocks cut at another size."""
+
+def learn(records: Iterable[RoutingRecord | Placement], members: Members, memory: policy.Memory, settings: policy.Settings) -> int:
+    """Fold records or placements of other replicas into `memory`; how many taught something. One of a member this
+    replica does not know (yet, or any more) teaches nothing; nor do blocks cut at another size."""
     taught = 0
     prefixes = settings.policy == policy.PREFIX_CACHE
     for record in records:
@@ -53,22 +76,68 @@ def learn(records: Iterable[RoutingRecord], members: Members, memory: policy.Mem
     return taught
 
 
+def others(said: dict[str, dict[str, int]], members: Members) -> None:
+    """Each member's `Traffic.others`: the sum of what the other replicas last said of it (pure but for the fold)."""
+    totals: dict[str, int] = {}
+    for counts in said.values():
+        for name, count in counts.items():
+            totals[name] = totals.get(name, 0) + count
+    for key, member in members.items.items():
+        total = totals.get(member.name, 0)
+        traffic = members.traffic.get(key)
+        if traffic is None:
+            if not total:
+                continue
+            traffic = members.traffic_of(key)
+        traffic.others = total
+
+
 class Learner:
     """One replica's subscription to the others' records, and its start-up read of the recent ones."""
 
     def __init__(self, nc: Client, own_subject: str, members: Members, memory: policy.Memory, settings: policy.Settings) -> None:
         self.nc = nc
-        self.own_subject = own_subject
+        self.own_subject = own_subject  # its records' subject
+        self.own_placements = PLACEMENT_PREFIX + own_subject.removeprefix(ROUTING_PREFIX)
         self.members = members
         self.memory = memory
         self.settings = settings
-        self.learned = 0  # records that taught this replica something (tests and metrics read it)
+        self.learned = 0  # placements and records that taught this replica something (tests and metrics read it)
         self.warmed = asyncio.Event()
-        self._sub: Subscription | None = None
+        self._peers: dict[str, float] = {}  # another replica's subject → when it last said something (loop time)
+        self._subs: list[Subscription] = []
+        self.own_inflight = INFLIGHT_PREFIX + own_subject.removeprefix(ROUTING_PREFIX)
+        self._said: dict[str, tuple[float, dict[str, int]]] = {}  # another replica → (when, its counts per member)
+        self._stopping = asyncio.Event()
+        self._soon = False  # counts to be said at the next loop turn (`finished`)
+        self._last_said: tuple[tuple[str, int], ...] | None = None
+        self._last_at = 0.0
+        self._pending: set[asyncio.Future[None]] = set()
+
+    def has_peers(self) -> bool:
+        """Whether another replica said anything in the last PEER_SECONDS (then decisions are told)."""
+        if not self._peers:
+            return False
+        horizon = asyncio.get_running_loop().time() - PEER_SECONDS
+        for subject in [s for s, at in self._peers.items() if at < horizon]:
+            del self._peers[subject]
+        return bool(self._peers)
+
+    async def tell(self, model: str, member: str, blocks: list[int] | None, session: int | None) -> None:
+        """A decision, to the other replicas (when there are any): where this prompt and session went."""
+        if not self._peers or not self.has_peers():
+            return
+        placement = Placement(model, member, tuple(blocks or ()), self.settings.block_chars, session)
+        with contextlib.suppress(nats.errors.Error, OSError):  # a lost placement costs a cache hit elsewhere, never a request
+            await self.nc.publish(self.own_placements, _ENCODE(placement))
 
     async def start(self, warm_seconds: float) -> None:
         """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
-        self._sub = await self.nc.subscribe(f"{ROUTING_PREFIX}.>", cb=self._heard)
+        self._subs = [
+            await self.nc.subscribe(f"{ROUTING_PREFIX}.>", cb=self._batch),
+            await self.nc.subscribe(f"{PLACEMENT_PREFIX}.>", cb=self._placed),
+            await self.nc.subscribe(f"{INFLIGHT_PREFIX}.>", cb=self._counted),
+        ]
         try:
             if warm_seconds > 0:
                 await self._warm(warm_seconds)
@@ -77,14 +146,87 @@ class Learner:
         finally:
             self.warmed.set()
 
-    async def _heard(self, message: Msg) -> None:
-        if message.subject == self.own_subject:
+    async def _batch(self, message: Msg) -> None:
+        """Another replica's records: a peer (what they route reached this one already, as placements)."""
+        if message.subject != self.own_subject:
+            self._peers[message.subject] = asyncio.get_running_loop().time()
+
+    async def _placed(self, message: Msg) -> None:
+        if message.subject == self.own_placements:
             return  # its own: already in its memory
         try:
-            records = decode_batch(message.data)
+            placement = _DECODE(message.data)
         except msgspec.DecodeError:
             return
-        self.learned += learn(records, self.members, self.memory, self.settings)
+        self.learned += learn((placement,), self.members, self.memory, self.settings)
+        # one more in flight there, until that replica's next count says otherwise (a tenth of a second at most)
+        subject = INFLIGHT_PREFIX + message.subject.removeprefix(PLACEMENT_PREFIX)
+        at, counts = self._said.get(subject, (asyncio.get_running_loop().time(), {}))
+        counts[placement.member] = counts.get(placement.member, 0) + 1
+        self._said[subject] = (at, counts)
+        key = next((m.key for m in self.members.declaring(placement.model) if m.name == placement.member), None)
+        if key is not None:
+            self.members.traffic_of(key).others += 1
+
+    async def _counted(self, message: Msg) -> None:
+        if message.subject == self.own_inflight:
+            return
+        self._peers[message.subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
+        try:
+            said = _DECODE_INFLIGHT(message.data)
+        except msgspec.DecodeError:
+            return
+        self._said[message.subject] = (asyncio.get_running_loop().time(), dict(said.members))
+        others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
+
+    def _forget_silent(self) -> bool:
+        """Drop what replicas silent for INFLIGHT_STALE said; whether any was dropped."""
+        horizon = asyncio.get_running_loop().time() - INFLIGHT_STALE
+        silent = [subject for subject, (at, _) in self._said.items() if at < horizon]
+        for subject in silent:
+            del self._said[subject]
+        return bool(silent)
+
+    def finished(self) -> None:
+        """A request of this replica's ended: its counts go out now (coalesced with any other ending in the same loop
+        turn), so the replica that takes a conversation's next turn a moment later does not see this one in flight."""
+        if self._soon or not self._peers:
+            return
+        self._soon = True
+        asyncio.get_running_loop().call_soon(self._say_now)
+
+    def _say_now(self) -> None:
+        self._soon = False
+        self._last_said = self._counts()
+        self._last_at = asyncio.get_running_loop().time()
+        # nats-py's publish only appends to its buffer until the flusher runs: nothing here waits
+        self._pending.add(task := asyncio.ensure_future(self._publish(self._last_said)))
+        task.add_done_callback(self._pending.discard)
+
+    def _counts(self) -> tuple[tuple[str, int], ...]:
+        items = self.members.items
+        return tuple((items[key].name, t.outstanding) for key, t in self.members.traffic.items() if t.outstanding and key in items)
+
+    async def _publish(self, counts: tuple[tuple[str, int], ...]) -> None:
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await self.nc.publish(self.own_inflight, _ENCODE_INFLIGHT(InFlight(counts)))
+
+    async def share_load(self) -> None:
+        """Every INFLIGHT_SECONDS: its own requests in flight per member, to the others (once a second when unchanged,
+        also alone: it is how replicas find each other); and what the silent ones said, forgotten. Until stopped."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(INFLIGHT_SECONDS):
+                    await self._stopping.wait()
+            if self._forget_silent():
+                others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
+            # said once a second even alone (an empty count): a replica that starts finds its peers before it routes
+            mine = self._counts()
+            if mine == self._last_said and loop.time() - self._last_at < 1.0:  # unchanged: again once a second, not forgotten
+                continue
+            self._last_said, self._last_at = mine, loop.time()
+            await self._publish(mine)
 
     async def _warm(self, seconds: float) -> None:
         js = self.nc.jetstream(timeout=10)
@@ -111,6 +253,7 @@ class Learner:
             await reader.close()
 
     async def stop(self) -> None:
-        if self._sub is not None:
+        self._stopping.set()
+        for sub in self._subs:
             with contextlib.suppress(nats.errors.Error):
-                await self._sub.unsubscribe()
+                await sub.unsubscribe()

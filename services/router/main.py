@@ -123,8 +123,9 @@ async def start(context: Context) -> list[Runnable]:
         learner = None
         if recording is not None:
             routes = router.routes
-            learner = Learner(context.nc, recording.subject, router.service.members, routes.memory, routes.settings)
+            learner = routes.learner = Learner(context.nc, recording.subject, router.service.members, routes.memory, routes.settings)
             warming = asyncio.create_task(learner.start(config.warm_seconds))
+            sharing = asyncio.create_task(learner.share_load())
 
         context.before_stop.append(serving.drain)  # on SIGTERM: requests in progress finish while the probes still run
         context.checks.append(lambda: not serving.listener.draining)  # /readyz: no new traffic while draining
@@ -138,6 +139,7 @@ async def start(context: Context) -> list[Runnable]:
             if learner is not None:
                 warming.cancel()
                 await learner.stop()
+                await asyncio.wait([sharing], timeout=5)
             if recording is not None and publishing is not None:  # after the drain: the last requests' records too
                 recording.stop()
                 await asyncio.wait([publishing], timeout=5)

@@ -270,7 +270,7 @@ class PrefixIndex:
 class View:
     """A ready member as a policy sees it."""
 
-    outstanding: int  # this router's requests in flight to it
+    outstanding: int  # requests in flight to it: this router's, and the other replicas' as they last said
     waiting: int = 0  # the queue it reported on /metrics (0 when it reports none)
     kv: float = 0.0  # its KV-cache use, 0..1 (0 when it reports none)
     saturated: bool = False  # its Saturated condition (`saturated`)
@@ -501,7 +501,7 @@ def pick(
         load = live.load if live is not None else None
         views.append(
             View(
-                outstanding=live.outstanding if live is not None else 0,
+                outstanding=live.outstanding + live.others if live is not None else 0,
                 waiting=load.waiting if load is not None else 0,
                 kv=(load.kv or 0.0) if load is not None else 0.0,
                 saturated=saturated(member),

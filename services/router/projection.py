@@ -65,6 +65,7 @@ class Traffic:
     """Live, per-process state: not a fact, never an event (see the module's docstring)."""
 
     outstanding: int = 0
+    others: int = 0  # the other router replicas' requests in flight to it, as they last said (services/router/learn.py)
     failed: bool = False  # failed mid-request; cleared by the next successful probe
     load: Load | None = None  # what the member last reported on its /metrics (services/router/load.py)
 

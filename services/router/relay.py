@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from services.router.apis import openai_error
 from services.router.metrics import USAGE_TAIL, usage
@@ -37,6 +38,7 @@ class Relay:
         self.last_at = 0.0
         self.events = 0
         self.tail = (b"", b"")  # the last two chunks: `usage` may straddle them
+        self.on_end: Callable[[], None] | None = None  # the member has answered all of it (before the client has it)
 
     def attach(self, connection: Connection) -> None:
         self.connection = connection
@@ -90,6 +92,8 @@ class Relay:
             self.connection.pause()  # the client reads slower than the upstream writes
 
     def done(self) -> None:
+        if self.on_end is not None:
+            self.on_end()
         self.flush()
         self.client.end()
         self.client.upstream = None

@@ -47,10 +47,11 @@ async def replica(url: str, name: str, directory: Path, warm_seconds: float = 12
     await router_records.ensure_stream(nc.jetstream(), 3600.0, 16 << 20)
     tasks = [asyncio.create_task(router.runner.run()), asyncio.create_task(records.run())]
     server, port = await protocol.serve(router.routes, "127.0.0.1", 0)
-    learner = Learner(nc, records.subject, router.service.members, router.routes.memory, router.routes.settings)
+    learner = router.routes.learner = Learner(nc, records.subject, router.service.members, router.routes.memory, router.routes.settings)
     try:
         await asyncio.wait_for(router.runner.ready.wait(), 20)
         await learner.start(warm_seconds)
+        tasks.append(asyncio.create_task(learner.share_load()))
         yield Replica(name, f"http://127.0.0.1:{port}/v1", learner)
     finally:
         server.close()
