@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 
 from bench.router import pinned, wait_http
-from bench.routing import text
+from bench.routing import apply_members, text
 from runtime.natsserver import free_port
 from simulator.vllm import SimParams, VllmSimulator
 
@@ -201,20 +201,7 @@ def start_jetway(work: Path, mode: str, per_member: int, sims: list[str]) -> tup
     env = {**os.environ, "JETWAY_ROUTER_FAIR_PER_MEMBER": str(per_member)}
     process = subprocess.Popen(pinned(0, command), cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
     wait_http(f"http://127.0.0.1:{api_port}/healthz")
-    token = json.loads((data / "jetway.json").read_text())["token"]
-    for i, url in enumerate(sims):
-        member = {
-            "apiVersion": "airdress.co/v1alpha1",
-            "kind": "InferencePoolMember",
-            "metadata": {"name": f"sim-{i}"},
-            "spec": {"backend": "vllm-openai", "url": url, "models": [{"name": MODEL}]},
-        }
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{api_port}/v1/apply",
-            data=json.dumps(member).encode(),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request).read()
+    apply_members(api_port, data, sims)
     router = f"http://127.0.0.1:{router_port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

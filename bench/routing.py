@@ -265,14 +265,8 @@ def summary(run: Run, stats: list[dict[str, Any]]) -> dict[str, Any]:
 # --- jetway up, once per policy --------------------------------------------------------------------------
 
 
-def start_jetway(work: Path, policy: str, sims: list[str], name: str = "") -> tuple[subprocess.Popen[bytes], str]:
-    api_port, router_port = free_port(), free_port()
-    data = work / f"jetway-{name or policy}"
-    jetway = str(Path(sys.executable).parent / "jetway")
-    command = [jetway, "up", "--data-dir", str(data), "--api-port", str(api_port), "--router-port", str(router_port)]
-    command += ["--router-policy", policy, "--probe-interval", "1"]
-    process = subprocess.Popen(pinned(0, command), cwd=ROOT, stderr=subprocess.DEVNULL)
-    wait_http(f"http://127.0.0.1:{api_port}/healthz")
+def apply_members(api_port: int, data: Path, sims: list[str]) -> None:
+    """One InferencePoolMember `sim-<i>` of MODEL per simulator, through `jetway up`'s apply API (its token from `data`)."""
     token = json.loads((data / "jetway.json").read_text())["token"]
     for i, url in enumerate(sims):
         member = {
@@ -287,6 +281,28 @@ def start_jetway(work: Path, policy: str, sims: list[str], name: str = "") -> tu
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         urllib.request.urlopen(request).read()
+
+
+def start_simulators(work: Path, module: str = "bench.routing") -> tuple[subprocess.Popen[bytes], list[str]]:
+    """MEMBERS simulators in a process of their own on core 1 (`module`'s --serve-simulators); their URLs."""
+    ports_file = work / "ports.json"
+    command = [sys.executable, "-m", module, "--serve-simulators", str(MEMBERS), "--ports-file", str(ports_file)]
+    process = subprocess.Popen(pinned(1, command), cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not ports_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return process, [f"http://127.0.0.1:{port}" for port in json.loads(ports_file.read_text())]
+
+
+def start_jetway(work: Path, policy: str, sims: list[str], name: str = "") -> tuple[subprocess.Popen[bytes], str]:
+    api_port, router_port = free_port(), free_port()
+    data = work / f"jetway-{name or policy}"
+    jetway = str(Path(sys.executable).parent / "jetway")
+    command = [jetway, "up", "--data-dir", str(data), "--api-port", str(api_port), "--router-port", str(router_port)]
+    command += ["--router-policy", policy, "--probe-interval", "1"]
+    process = subprocess.Popen(pinned(0, command), cwd=ROOT, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{api_port}/healthz")
+    apply_members(api_port, data, sims)
     router = f"http://127.0.0.1:{router_port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -311,16 +327,9 @@ def main(quick: bool, replay_only: bool = False) -> dict[str, Any]:
         workloads = {"shared-prefix": workloads["shared-prefix"]}
         policies = ("least-outstanding", "prefix-cache")
     work = Path(tempfile.mkdtemp(prefix="jetway-routing-bench-"))
-    ports_file = work / "ports.json"
-    sims_process = subprocess.Popen(
-        pinned(1, [sys.executable, "-m", "bench.routing", "--serve-simulators", str(MEMBERS), "--ports-file", str(ports_file)]), cwd=ROOT
-    )
+    sims_process, sims = start_simulators(work)
     results: dict[str, Any] = {"members": MEMBERS, "users": users, "params": PARAMS.__dict__, "workloads": {}}
     try:
-        deadline = time.monotonic() + 60
-        while not ports_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        sims = [f"http://127.0.0.1:{port}" for port in json.loads(ports_file.read_text())]
         rows: dict[str, dict[str, Any]] = {name: {} for name in workloads}
         recorded: dict[str, list[RoutingRecord]] = {}
         for policy in policies:
@@ -386,17 +395,10 @@ def replicas_main(quick: bool) -> dict[str, Any]:
     users = 16 if quick else 32
     plan = shared_prefix(users, users * (2 if quick else 3), 5 if quick else 8)
     work = Path(tempfile.mkdtemp(prefix="jetway-replicas-bench-"))
-    ports_file = work / "ports.json"
-    sims_process = subprocess.Popen(
-        pinned(1, [sys.executable, "-m", "bench.routing", "--serve-simulators", str(MEMBERS), "--ports-file", str(ports_file)]), cwd=ROOT
-    )
+    sims_process, sims = start_simulators(work)
     rows: dict[str, Any] = {}
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        deadline = time.monotonic() + 60
-        while not ports_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        sims = [f"http://127.0.0.1:{port}" for port in json.loads(ports_file.read_text())]
         process, router = start_jetway(work, "prefix-cache", sims, name="one-router")
         processes.append(process)
         run, stats = asyncio.run(drive(router, sims, plan))
