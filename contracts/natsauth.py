@@ -159,8 +159,8 @@ SERVICES: tuple[ServiceUser, ...] = (
             f"{PLACEMENT_PREFIX}.>",  # where each request went, told to the other replicas
             f"{INFLIGHT_PREFIX}.>",  # its requests in flight per member, for the other replicas' load terms
         ),
-        # the other replicas' records (who they are), placements (where prefixes and sessions went) and load
-        subscribes=(f"{ROUTING_PREFIX}.>", f"{PLACEMENT_PREFIX}.>", f"{INFLIGHT_PREFIX}.>"),
+        # the other replicas' placements (where prefixes and sessions went) and load (who they are)
+        subscribes=(f"{PLACEMENT_PREFIX}.>", f"{INFLIGHT_PREFIX}.>"),
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),

@@ -41,6 +41,7 @@ from contracts.routing import (
     RoutingRecord,
     decode_batch,
 )
+from contracts.subjects import Key
 from runtime.reader import OrderedReader
 from services.router import policy
 from services.router.projection import Members
@@ -56,6 +57,11 @@ _ENCODE_INFLIGHT = msgspec.msgpack.Encoder().encode
 _DECODE_INFLIGHT = msgspec.msgpack.Decoder(InFlight).decode
 
 
+def member_key(members: Members, model: str, name: str) -> Key | None:
+    """The key of the member `name` among those declaring `model`: what another replica's message names it by."""
+    return next((m.key for m in members.declaring(model) if m.name == name), None)
+
+
 def learn(records: Iterable[RoutingRecord | Placement], members: Members, memory: policy.Memory, settings: policy.Settings) -> int:
     """Fold records or placements of other replicas into `memory`; how many taught something. One of a member this
     replica does not know (yet, or any more) teaches nothing; nor do blocks cut at another size."""
@@ -64,7 +70,7 @@ def learn(records: Iterable[RoutingRecord | Placement], members: Members, memory
     for record in records:
         if not record.member:
             continue
-        key = next((m.key for m in members.declaring(record.model) if m.name == record.member), None)
+        key = member_key(members, record.model, record.member)
         if key is None:
             continue
         if prefixes and record.blocks and record.block_chars == settings.block_chars:
@@ -134,7 +140,6 @@ class Learner:
     async def start(self, warm_seconds: float) -> None:
         """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
         self._subs = [
-            await self.nc.subscribe(f"{ROUTING_PREFIX}.>", cb=self._batch),
             await self.nc.subscribe(f"{PLACEMENT_PREFIX}.>", cb=self._placed),
             await self.nc.subscribe(f"{INFLIGHT_PREFIX}.>", cb=self._counted),
         ]
@@ -145,11 +150,6 @@ class Learner:
             log.warning("routing memory: the recent records could not be read (%s); learning from new ones only", type(exc).__name__)
         finally:
             self.warmed.set()
-
-    async def _batch(self, message: Msg) -> None:
-        """Another replica's records: a peer (what they route reached this one already, as placements)."""
-        if message.subject != self.own_subject:
-            self._peers[message.subject] = asyncio.get_running_loop().time()
 
     async def _placed(self, message: Msg) -> None:
         if message.subject == self.own_placements:
@@ -164,7 +164,7 @@ class Learner:
         at, counts = self._said.get(subject, (asyncio.get_running_loop().time(), {}))
         counts[placement.member] = counts.get(placement.member, 0) + 1
         self._said[subject] = (at, counts)
-        key = next((m.key for m in self.members.declaring(placement.model) if m.name == placement.member), None)
+        key = member_key(self.members, placement.model, placement.member)
         if key is not None:
             self.members.traffic_of(key).others += 1
 
