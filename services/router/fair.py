@@ -1,5 +1,6 @@
 """Fair tenants (issue 26 #3): when a model's members are saturated, its requests wait in a queue that releases them
-fairly by client key, weighted, counted in tokens (docs/router.md, "Fair tenants").
+fairly by tenant (a client key, or the keys that share a tenant label), weighted, counted in tokens (docs/router.md,
+"Fair tenants").
 
 **Saturated** means, for a request: every ready member of its model that takes its API format and fits it (the
 members `_dispatch` would choose among) has `per_member` requests in flight from this router
@@ -13,11 +14,13 @@ queue releases the request with the smallest start tag (ties: arrival), and V mo
 keeps a backlog is charged for it in its later tags, so a light tenant's request starts at V and goes ahead of
 the heavy backlog; over time each backlogged tenant is served tokens in proportion to its weight. The cost is the
 router's estimate of the tokens (`policy.estimate(...).total`: the prompt at 4 characters a token, plus max_tokens),
-or the body's length in tokens for an API without a prompt field. A tenant is a client key (its name, never the
-key); with client keys off every request is one tenant, and the queue is first come, first served.
+or the body's length in tokens for an API without a prompt field. A tenant is a client key's `tenant` label, or the
+key's name where it has none (never the key); the keys of one tenant share its place, at the largest of their
+weights (keys.py, `tenants`). With client keys off every request is one tenant, and the queue is first come, first
+served.
 
-**Bounds**: `queue_max` requests per model (503 `fair_queue_full`), `tenant_max` per key and model (429
-`tenant_queue_full`: the key's own share), `seconds` in the queue (503 `fair_queue_timeout`); a request that would
+**Bounds**: `queue_max` requests per model (503 `fair_queue_full`), `tenant_max` per tenant and model (429
+`tenant_queue_full`: the tenant's own share), `seconds` in the queue (503 `fair_queue_timeout`); a request that would
 queue while the router drains is a 503 `router_stopping`. A client that leaves is out of the queue at once.
 
 The decisions are pure (`Queue`, `cost`, `admit`, `refusal`); `Fair` keeps the queues and the slots released and
@@ -55,7 +58,7 @@ class Settings:
 
     per_member: int = 0  # requests in flight to one member from this router before a model's requests queue; 0: off
     queue_max: int = 256  # requests waiting per model on this router
-    tenant_max: int = 64  # of them, requests of one client key
+    tenant_max: int = 64  # of them, requests of one tenant (a client key, or the keys that share a tenant label)
     seconds: float = 30.0  # how long one waits
 
     @property
@@ -173,7 +176,7 @@ def cost(api: Api, body: dict[str, Any] | None, raw: bytes) -> int:
 
 def admit(queued: int, tenant_queued: int, settings: Settings, *, keyed: bool) -> str | None:
     """Why a request may not join a model's queue that holds `queued`, `tenant_queued` of them its tenant's; None: it
-    may. The tenant's share is checked first: a key over it is refused (429) before the model's queue is (503).
+    may. The tenant's share is checked first: a tenant over it is refused (429) before the model's queue is (503).
     Without client keys there is one tenant, bounded by the queue alone."""
     if keyed and tenant_queued >= settings.tenant_max:
         return TENANT_FULL
@@ -182,12 +185,14 @@ def admit(queued: int, tenant_queued: int, settings: Settings, *, keyed: bool) -
     return None
 
 
-def refusal(model: str, outcome: str, settings: Settings, tenant: str = "") -> tuple[int, str, str, str, int]:
-    """The answer to a request that is not served from the queue: (status, message, OpenAI type, code, Retry-After)."""
+def refusal(model: str, outcome: str, settings: Settings, tenant: str = "", key: str = "") -> tuple[int, str, str, str, int]:
+    """The answer to a request that is not served from the queue: (status, message, OpenAI type, code, Retry-After).
+    `key`: the key's name where its tenant is more than that key (a label, or other keys beside it), else ""."""
     busy = f"every member of {model!r} has {settings.per_member} requests in flight from this router (JETWAY_ROUTER_FAIR_PER_MEMBER)"
     if outcome == TENANT_FULL:
+        who = f"the tenant {tenant!r} (of the key {key!r})" if key else f"the key {tenant!r}"
         message = (
-            f"{busy} and the key {tenant!r} already has {settings.tenant_max} requests waiting for one, its share of the "
+            f"{busy} and {who} already has {settings.tenant_max} requests waiting for one, its share of the "
             f"queue (JETWAY_ROUTER_FAIR_TENANT_MAX); retry after {RETRY_AFTER} s"
         )
         return 429, message, "rate_limit_error", "tenant_queue_full", RETRY_AFTER
@@ -266,14 +271,19 @@ class Fair:
             if open_:
                 return open_
         # saturated, or others wait before it: its turn comes in fair order
-        found = keys.ring().lookup(presented_key(request.headers)) if keys is not None else None
-        tenant, weight = (found.name, found.weight or 1.0) if found is not None else ("", 1.0)
+        ring = keys.ring() if keys is not None else None
+        found = ring.lookup(presented_key(request.headers)) if ring is not None else None
+        tenant, weight, named = "", 1.0, ""
+        if ring is not None and found is not None:
+            of = ring.tenant_of(found)
+            tenant, weight = of.name, of.weight
+            named = found.name if of.keys > 1 or of.name != found.name else ""
         if client.listener.draining:
             self._refuse(client, api, model, STOPPING, tenant)
             return None
         refused = admit(len(queue) if queue else 0, queue.count(tenant) if queue else 0, self.settings, keyed=found is not None)
         if refused is not None:
-            self._refuse(client, api, model, refused, tenant)
+            self._refuse(client, api, model, refused, tenant, named)
             return None
         windowed = body if api.generates and api.prompt_field is not None and any(m.window(model) for m in fitting) else None
         needed = policy.estimate(windowed, api.prompt_field == "messages") if windowed is not None else None
@@ -369,8 +379,8 @@ class Fair:
         if not queue.size and not queue.released and self.queues.get(model) is queue:
             del self.queues[model]
 
-    def _refuse(self, client: HttpConnection, api: Api, model: str, outcome: str, tenant: str) -> None:
-        status, message, kind, code, retry = refusal(model, outcome, self.settings, tenant)
+    def _refuse(self, client: HttpConnection, api: Api, model: str, outcome: str, tenant: str, key: str = "") -> None:
+        status, message, kind, code, retry = refusal(model, outcome, self.settings, tenant, key)
         self.recorder.unqueued(model, outcome)
         if status == 503:
             self.recorder.refused(model)

@@ -6,7 +6,7 @@ A key is `jw-` and 43 URL-safe characters (256 random bits). It is shown once, w
 document (docs/router.md, "Client keys"):
 
     {"keys": [{"name": "team-a", "sha256": "<64 hex>", "models": ["m1"], "rpm": 60, "tpm": 100000,
-               "created": "2025-01-31T12:00:00Z"}]}
+               "created": "2025-01-31T12:00:00Z", "weight": 2, "tenant": "research"}]}
 
 Everything here is pure: the document is bytes in, a `KeyRing` out; the `Limiter` is told the
 time. keyfile.py reads the document; the router (app.py) asks `presented_key`, `KeyRing.lookup`,
@@ -43,7 +43,8 @@ MODEL_WORDS = f"must be a model name: a non-empty string of at most {MAX_MODEL_N
 CREATED_WORDS = "must be an RFC 3339 time with a zone, such as 2025-01-31T12:00:00Z"
 MAX_WEIGHT = 1000
 WEIGHT_WORDS = f"must be a positive number, at most {MAX_WEIGHT} (its share of a saturated model against other keys'; absent: 1)"
-FIELDS = ("name", "sha256", "models", "rpm", "tpm", "created", "weight")
+TENANT_WORDS = f"{PATTERN_WORDS[DNS_LABEL]}, at most {DNS_LABEL_MAX} characters (absent: the key is its own tenant)"
+FIELDS = ("name", "sha256", "models", "rpm", "tpm", "created", "weight", "tenant")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")  # a name safe to repeat in an error (a key never matches: it has '-')
 
@@ -80,6 +81,12 @@ class ClientKey:
     tpm: int | None = None
     created: str | None = None
     weight: float | None = None  # its share when a model's members are saturated (services/router/fair.py); None: 1
+    tenant: str | None = None  # the keys with one tenant share one place in a saturated model's queue; None: its name
+
+    @property
+    def tenant_name(self) -> str:
+        """Its tenant in the fair queue: its `tenant`, else its own name (a key without one is a tenant of its own)."""
+        return self.tenant or self.name
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
@@ -90,7 +97,30 @@ class ClientKey:
             entry["created"] = self.created
         if self.weight is not None:
             entry["weight"] = self.weight
+        if self.tenant is not None:
+            entry["tenant"] = self.tenant
         return entry
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """Who a request counts as in a saturated model's fair queue: the keys that share a tenant, and its weight."""
+
+    name: str
+    weight: float  # the largest weight among its keys (1 where none sets one)
+    keys: int  # how many keys it has
+
+
+def tenants(keys: Iterable[ClientKey]) -> dict[str, Tenant]:
+    """The tenants of `keys` by name. A tenant's weight is the largest of its keys' weights, not their sum: adding a
+    key to a tenant never raises its share (only raising a weight does), and every request of the tenant is tagged with
+    the same weight, whichever of its keys sent it."""
+    weights: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for key in keys:
+        weights[key.tenant_name] = max(weights.get(key.tenant_name, 0.0), key.weight or 1.0)
+        counts[key.tenant_name] = counts.get(key.tenant_name, 0) + 1
+    return {name: Tenant(name, weight, counts[name]) for name, weight in weights.items()}
 
 
 @dataclass(frozen=True)
@@ -99,9 +129,11 @@ class KeyRing:
 
     keys: tuple[ClientKey, ...] = ()
     _by_hash: dict[str, ClientKey] = field(init=False, repr=False, compare=False)
+    _tenants: dict[str, Tenant] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_hash", {key.sha256: key for key in self.keys})
+        object.__setattr__(self, "_tenants", tenants(self.keys))
 
     def __iter__(self) -> Iterator[ClientKey]:
         return iter(self.keys)
@@ -112,6 +144,10 @@ class KeyRing:
 
     def allows(self, key: ClientKey, model: str) -> bool:
         return key.allows(model)
+
+    def tenant_of(self, key: ClientKey) -> Tenant:
+        """The tenant `key` counts as in a saturated model's fair queue (services/router/fair.py)."""
+        return self._tenants.get(key.tenant_name) or Tenant(key.tenant_name, key.weight or 1.0, 1)
 
     def named(self, name: str) -> ClientKey | None:
         return next((key for key in self.keys if key.name == name), None)
@@ -159,6 +195,10 @@ def weight_rule(value: object) -> str | None:
         return None
     ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= MAX_WEIGHT
     return None if ok else WEIGHT_WORDS
+
+
+def tenant_rule(value: object) -> str | None:
+    return None if value is None or (isinstance(value, str) and is_dns_label(value)) else TENANT_WORDS
 
 
 def models_problems(value: object, path: str = "models") -> list[str]:
@@ -213,6 +253,7 @@ def parse_document(document: object) -> KeyRing:
             ("tpm", limit_rule),
             ("created", created_rule),
             ("weight", weight_rule),
+            ("tenant", tenant_rule),
         ):
             if name in ("name", "sha256") and name not in entry:
                 found.append(f"{at}.{name}: required")
@@ -230,7 +271,8 @@ def parse_document(document: object) -> KeyRing:
         else:
             names[name], hashes[sha256] = i, i
             models, weight = tuple(entry.get("models") or ()), entry.get("weight")
-            keys.append(ClientKey(name, sha256, models, entry.get("rpm"), entry.get("tpm"), entry.get("created"), weight))
+            rpm, tpm, created = entry.get("rpm"), entry.get("tpm"), entry.get("created")
+            keys.append(ClientKey(name, sha256, models, rpm, tpm, created, weight, entry.get("tenant")))
     if problems:
         raise KeysError(problems)
     return KeyRing(tuple(keys))

@@ -21,7 +21,18 @@ from runtime import settings
 from services.router import fair
 from services.router import main as router_main
 from services.router.apis import ANTHROPIC_MESSAGES, APIS
-from services.router.keys import ClientKey, Gate, KeyRing, KeysError, hash_key, new_key, parse_document
+from services.router.keys import (
+    TENANT_WORDS,
+    ClientKey,
+    Gate,
+    KeyRing,
+    KeysError,
+    Tenant,
+    hash_key,
+    new_key,
+    parse_document,
+    tenants,
+)
 from services.router.metrics import Recorder
 from services.router.projection import Members
 
@@ -163,6 +174,60 @@ def test_a_key_may_carry_a_weight_and_a_bad_one_is_named() -> None:
         assert refused.value.problems[0].startswith("keys[0].weight: must be a positive number"), refused.value.problems
 
 
+def test_a_key_may_carry_a_tenant_label_and_a_bad_one_is_named_without_its_value() -> None:
+    sha = "b" * 64
+    ring = parse_document({"keys": [{"name": "a", "sha256": sha, "tenant": "research"}]})
+    assert ring.keys[0].tenant == "research" and ring.keys[0].to_json()["tenant"] == "research"
+    assert parse_document(json.loads(ring.dump())) == ring, "it survives a dump and a read"
+    old = parse_document({"keys": [{"name": "a", "sha256": sha, "weight": 2}]})  # a document from before tenants
+    assert old.keys[0].tenant is None and "tenant" not in old.keys[0].to_json() and old.tenant_of(old.keys[0]).name == "a"
+    for bad in ("Research", "-x", "a_b", "x" * 64, "", 7, True):
+        with pytest.raises(KeysError) as refused:
+            parse_document({"keys": [{"name": "a", "sha256": sha, "tenant": bad}]})
+        assert refused.value.problems == (f"keys[0].tenant: {TENANT_WORDS}",), refused.value.problems
+    assert parse_document({"keys": [{"name": "a", "sha256": sha, "tenant": "x" * 63}]}).keys[0].tenant == "x" * 63
+
+
+def test_the_keys_of_one_tenant_are_one_tenant_at_the_largest_of_their_weights() -> None:
+    keys = (
+        ClientKey("ci", "1" * 64, weight=3, tenant="research"),
+        ClientKey("notebooks", "2" * 64, tenant="research"),  # weight absent: 1
+        ClientKey("research", "3" * 64, weight=0.5),  # no label, named as the tenant: its own tenant is the same one
+        ClientKey("ops", "4" * 64, weight=2),
+        ClientKey("batch", "5" * 64),
+    )
+    found = tenants(keys)
+    assert found == {
+        "research": Tenant("research", 3, 3),
+        "ops": Tenant("ops", 2, 1),
+        "batch": Tenant("batch", 1.0, 1),
+    }
+    ring = KeyRing(keys)
+    assert {ring.tenant_of(k) for k in keys[:3]} == {Tenant("research", 3, 3)}, "whichever key sent it, one weight"
+    assert ring.tenant_of(ClientKey("stray", "6" * 64, weight=4)) == Tenant("stray", 4, 1), "a key not in the ring"
+    assert tenants([*keys, ClientKey("more", "7" * 64, tenant="research")])["research"].weight == 3, "a key more: no more share"
+
+
+def test_a_tenant_s_keys_share_its_place_in_the_queue() -> None:
+    queue: fair.Queue[str] = fair.Queue()
+    ring = KeyRing((ClientKey("a1", "1" * 64, tenant="a"), ClientKey("a2", "2" * 64, tenant="a"), ClientKey("b", "3" * 64)))
+    for i in range(4):
+        for key in ("a1", "a2", "b"):
+            named = ring.named(key)
+            assert named is not None
+            of = ring.tenant_of(named)
+            queue.push(of.name, of.weight, 100, f"{key}.{i}")
+    first = Counter(x.split(".")[0] for x in drain(queue)[:6])
+    assert first == {"a1": 2, "a2": 1, "b": 3}, "a's two keys get a's half between them, b alone gets the other half"
+
+
+def test_the_tenant_s_429_names_the_tenant_and_the_key() -> None:
+    settings = fair.Settings(per_member=2, queue_max=8, tenant_max=3)
+    message = fair.refusal("qwen", fair.TENANT_FULL, settings, "research", "ci")[1]
+    assert "the tenant 'research' (of the key 'ci') already has 3 requests waiting" in message
+    assert "the key 'team-a' already has" in fair.refusal("qwen", fair.TENANT_FULL, settings, "team-a")[1]
+
+
 # --- the queue on the loop, with stand-in clients ---------------------------------------------------------
 
 
@@ -197,15 +262,24 @@ def envelope(key: Key, facet: str, event: Event) -> Envelope:
     return Envelope(id="1", subject=key.subject(facet), producer=facet, time=datetime.now(UTC), event=event)
 
 
+def applied(folded: Members, name: str) -> Key:
+    """A member of qwen applied, not yet probed."""
+    key = Key("InferencePoolMember", "", name)
+    spec = {"backend": "vllm-openai", "url": f"http://{name}:8000", "models": [{"name": "qwen"}]}
+    labels = {f"{FORMAT_LABEL}{ANTHROPIC_MESSAGES}": "true"}
+    event = ResourceApplied(kind="InferencePoolMember", namespace="", name=name, generation=1, spec=spec, labels=labels)
+    folded.fold(envelope(key, SPEC, event))
+    return key
+
+
+def healthy(folded: Members, key: Key) -> None:
+    folded.fold(envelope(key, "router", MemberHealthChanged(generation=1, healthy=True, advertised=("qwen",))))
+
+
 def ready_members(*names: str) -> Members:
     folded = Members()
     for name in names:
-        key = Key("InferencePoolMember", "", name)
-        spec = {"backend": "vllm-openai", "url": f"http://{name}:8000", "models": [{"name": "qwen"}]}
-        labels = {f"{FORMAT_LABEL}{ANTHROPIC_MESSAGES}": "true"}
-        applied = ResourceApplied(kind="InferencePoolMember", namespace="", name=name, generation=1, spec=spec, labels=labels)
-        folded.fold(envelope(key, SPEC, applied))
-        folded.fold(envelope(key, "router", MemberHealthChanged(generation=1, healthy=True, advertised=("qwen",))))
+        healthy(folded, applied(folded, name))
     return folded
 
 
@@ -214,7 +288,7 @@ class Stand:
 
     def __init__(self, settings: fair.Settings, *names: str) -> None:
         self.members = ready_members(*names)
-        self.keys = {name: new_key() for name in ("a", "b")}
+        self.keys = {name: new_key() for name in ("a", "b", "c")}
         ring = KeyRing(tuple(ClientKey(name, hash_key(key)) for name, key in self.keys.items()))
         self.gate = Gate(lambda: ring)
         self.fair = fair.Fair(self.members, settings, recorder=Recorder())
@@ -325,6 +399,35 @@ async def test_no_queue_while_a_member_has_room_nor_when_none_is_ready() -> None
     _, third = stand.ask("a")
     assert [m.name for m in (await third) or []] == ["m1"], "only the member with room"
     assert await stand.fair.wait(stand.gate, Client(), Asked({}), CHAT, "qwen", None, []) == []  # type: ignore[arg-type]
+
+
+async def test_a_tenant_s_keys_count_against_one_share() -> None:
+    stand = Stand(fair.Settings(per_member=1, tenant_max=2), "m0")
+    ring = KeyRing(
+        (
+            ClientKey("a", hash_key(stand.keys["a"]), tenant="team"),
+            ClientKey("b", hash_key(stand.keys["b"]), tenant="team", weight=2),
+            ClientKey("c", hash_key(stand.keys["c"])),
+        )
+    )
+    stand.gate = Gate(lambda: ring)
+    await stand.sent(stand.ask("c")[1])
+    waiting = [stand.ask("a")[1], stand.ask("b")[1]]
+    await settle()
+    tokens = 240 // 4 + 4 + 10  # Stand's prompt, its one message and max_tokens
+    assert [(e.tenant, e.finish - e.start) for e in stand.fair.queues["qwen"]] == [("team", tokens / 2)] * 2, "one tenant, weight 2"
+    over, refused = stand.ask("a")
+    assert await refused is None
+    status, body, _ = over.answers[0]
+    assert (status, body["error"]["code"]) == (429, "tenant_queue_full") and "the tenant 'team' (of the key 'a')" in body["error"][
+        "message"
+    ]
+    _, other = stand.ask("c")
+    await settle()
+    assert not other.done() and stand.queued() == 3, "another tenant still queues"
+    for task in (*waiting, other):
+        task.cancel()
+    await asyncio.gather(*waiting, other, return_exceptions=True)
 
 
 async def test_a_draining_router_queues_nothing_new() -> None:

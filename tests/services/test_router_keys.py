@@ -84,7 +84,7 @@ def test_each_broken_rule_is_named_with_its_path_and_no_value() -> None:
         "keys[2].name: must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit, "
         "at most 63 characters",
         "keys[2].created: must be an RFC 3339 time with a zone, such as 2025-01-31T12:00:00Z",
-        "keys[3].rmp: unknown field (allowed: name, sha256, models, rpm, tpm, created, weight)",
+        "keys[3].rmp: unknown field (allowed: name, sha256, models, rpm, tpm, created, weight, tenant)",
         "keys[3].sha256: must be 64 lower-case hex characters: the SHA-256 of the key, never the key itself",
         "keys[4].name: required",
         "keys[4].rpm: must be a positive whole number, or null for unlimited",
