@@ -339,12 +339,18 @@ def register(sub: Any) -> None:  # argparse's _SubParsersAction is private
     k.add_argument("--rpm", metavar="N", help="requests per minute (default: unlimited)")
     k.add_argument("--tpm", metavar="N", help="tokens per minute, prompt and completion (default: unlimited)")
     k.add_argument("--weight", metavar="W", help="its share against other keys when a model's members are saturated (default: 1)")
+    k.add_argument(
+        "--tenant",
+        metavar="T",
+        help="a DNS label: the keys with one tenant share its place when a model's members are saturated (default: its own)",
+    )
     k.add_argument("--secret-manifest", action="store_true", help=manifest_help)
     k.add_argument("--from", dest="from_file", metavar="FILE", help=from_help + " (with --secret-manifest)")
     k.add_argument("-n", "--namespace", default="jetway-system", help="the Secret's namespace (default jetway-system)")
     k.add_argument("--data-dir", help=data_help)
-    k = actions.add_parser("list", help="names, models, limits, creation times and hash prefixes")
+    k = actions.add_parser("list", help="names, models, limits, weights, tenants, creation times and hash prefixes")
     k.add_argument("--from", dest="from_file", metavar="FILE", help=from_help)
+    k.add_argument("-o", "--output", choices=("text", "json"), default="text", help="a table (default) or JSON")
     k.add_argument("--data-dir", help=data_help)
     k = actions.add_parser("delete", help="remove a key: the router refuses it from its next tick")
     k.add_argument("name", metavar="NAME")

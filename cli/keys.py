@@ -27,6 +27,7 @@ from services.router.keys import (
     NAME_WORDS,
     SECRET_NAME,
     SECRET_OBJECT,
+    TENANT_WORDS,
     WEIGHT_WORDS,
     ClientKey,
     KeyRing,
@@ -37,6 +38,7 @@ from services.router.keys import (
     new_key,
     now_rfc3339,
     parse_keys,
+    tenant_rule,
     weight_rule,
 )
 
@@ -57,6 +59,7 @@ class Request:
     rpm: int | None
     tpm: int | None
     weight: float | None = None
+    tenant: str | None = None
 
 
 def limit(flag: str, value: str | None) -> int | None:
@@ -79,6 +82,12 @@ def weight(value: str | None) -> float | None:
     return int(number) if number.is_integer() else number
 
 
+def tenant(value: str | None) -> str | None:
+    if value is not None and tenant_rule(value) is not None:
+        raise Refused(f"--tenant: {TENANT_WORDS} (got {value!r})")
+    return value
+
+
 def models(value: str | None) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -94,7 +103,12 @@ def checked(args: argparse.Namespace) -> Request:
     if name_rule(args.name) is not None:
         raise Refused(f"NAME: {NAME_WORDS} (got {args.name!r})")
     return Request(
-        args.name, models(args.models), limit("--rpm", args.rpm), limit("--tpm", args.tpm), weight(getattr(args, "weight", None))
+        args.name,
+        models(args.models),
+        limit("--rpm", args.rpm),
+        limit("--tpm", args.tpm),
+        weight(getattr(args, "weight", None)),
+        tenant(getattr(args, "tenant", None)),
     )
 
 
@@ -160,7 +174,9 @@ def stored(store: FileSecrets) -> KeyRing:
 def describe(key: ClientKey) -> str:
     every = "every model" if not key.models else ", ".join(key.models)
     limits = f"models: {every}; rpm: {key.rpm or 'unlimited'}; tpm: {key.tpm or 'unlimited'}"
-    return limits if key.weight is None else f"{limits}; weight: {key.weight:g}"
+    if key.weight is not None:
+        limits += f"; weight: {key.weight:g}"
+    return limits if key.tenant is None else f"{limits}; tenant: {key.tenant}"
 
 
 def source_ring(args: argparse.Namespace, store: FileSecrets) -> KeyRing:
@@ -179,7 +195,7 @@ def create(args: argparse.Namespace, store: FileSecrets) -> int:
     if ring.named(request.name) is not None:
         raise Refused(f"NAME: a key named {request.name!r} exists; delete it first (jetway keys delete {request.name})")
     key = new_key()
-    client = ClientKey(request.name, hash_key(key), request.models, request.rpm, request.tpm, now_rfc3339(), request.weight)
+    client = ClientKey(request.name, hash_key(key), request.models, request.rpm, request.tpm, now_rfc3339(), request.weight, request.tenant)
     ring = ring.with_key(client)
     note = "shown once: only its SHA-256 is kept, the key cannot be shown again"
     if args.secret_manifest:
@@ -212,15 +228,37 @@ def delete(args: argparse.Namespace, store: FileSecrets) -> int:
     return 0
 
 
+def listed(ring: KeyRing) -> list[dict[str, object]]:
+    """What `keys list -o json` prints of each key: its fields with its weight (1 when absent) and its tenant (null:
+    its own), and the hash's first 8 characters, never the whole hash (nor the key, which is kept nowhere)."""
+    return [
+        {
+            "name": key.name,
+            "models": list(key.models),
+            "rpm": key.rpm,
+            "tpm": key.tpm,
+            "weight": key.weight or 1,
+            "tenant": key.tenant,
+            "created": key.created,
+            "sha256_prefix": key.sha256[:8],
+        }
+        for key in ring
+    ]
+
+
 def listing(args: argparse.Namespace, store: FileSecrets) -> int:
     ring = source_ring(args, store)
+    if getattr(args, "output", "text") == "json":
+        print(json.dumps(listed(ring), indent=2))
+        return 0
     if not ring.keys:
         print("no client keys (make one: jetway keys create NAME)", file=sys.stderr)
         return 0
-    rows = [("NAME", "MODELS", "RPM", "TPM", "CREATED", "SHA256")]
+    rows = [("NAME", "MODELS", "RPM", "TPM", "WEIGHT", "TENANT", "CREATED", "SHA256")]
     for key in ring:
         limits = (str(key.rpm or "unlimited"), str(key.tpm or "unlimited"))
-        rows.append((key.name, ",".join(key.models) or "*", *limits, key.created or "-", key.sha256[:8] + "…"))
+        share = (f"{key.weight or 1:g}", key.tenant or "-")
+        rows.append((key.name, ",".join(key.models) or "*", *limits, *share, key.created or "-", key.sha256[:8] + "…"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

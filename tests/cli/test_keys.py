@@ -39,10 +39,10 @@ def test_create_prints_the_key_once_and_stores_only_its_hash(tmp_path: Path) -> 
     assert parse_keys(stored_file.read_bytes()).named("team-b").weight == 2  # type: ignore[union-attr]
     code, listed, _ = keys(tmp_path, "list")
     assert code == 0
-    assert listed.splitlines()[0].split() == ["NAME", "MODELS", "RPM", "TPM", "CREATED", "SHA256"]
+    assert listed.splitlines()[0].split() == ["NAME", "MODELS", "RPM", "TPM", "WEIGHT", "TENANT", "CREATED", "SHA256"]
     a_row, b_row = listed.splitlines()[1].split(), listed.splitlines()[2].split()
-    assert a_row[:4] == ["team-a", "m1,m2", "60", "10000"] and b_row[:4] == ["team-b", "*", "unlimited", "unlimited"]
-    assert a_row[5] == hash_key(key)[:8] + "…"  # a prefix to tell keys apart, never the whole hash
+    assert a_row[:6] == ["team-a", "m1,m2", "60", "10000", "1", "-"] and b_row[:6] == ["team-b", "*", "unlimited", "unlimited", "2", "-"]
+    assert a_row[7] == hash_key(key)[:8] + "…"  # a prefix to tell keys apart, never the whole hash
     assert hash_key(key)[:9] not in listed and key not in listed
 
     code, _, err = keys(tmp_path, "delete", "team-a")
@@ -63,6 +63,9 @@ def test_bad_input_names_the_flag_and_the_rule_exits_2_and_writes_nothing(tmp_pa
         ("team-a", "--from", "keys.json"): "--from: only with --secret-manifest",
         ("team-a", "--weight", "0"): "--weight: must be a positive number, at most 1000",
         ("team-a", "--weight", "heavy"): "--weight: must be a positive number",
+        ("team-a", "--tenant", "Research"): "--tenant: must be a DNS label: lower-case letters, digits and '-'",
+        ("team-a", "--tenant", "x" * 64): "--tenant: must be a DNS label",
+        ("team-a", "--tenant", "a_b"): "at most 63 characters (absent: the key is its own tenant) (got 'a_b')",
     }
     for args, words in cases.items():
         code, out, err = keys(tmp_path, "create", *args)
@@ -121,3 +124,61 @@ def test_secret_manifest_for_a_cluster_merges_with_the_secret_there(tmp_path: Pa
 
     code, out, err = keys(tmp_path, "create", "team-c", "--secret-manifest", "--from", str(tmp_path / "missing.json"))
     assert (code, out) == (2, "") and f"--from {tmp_path / 'missing.json'}: No such file or directory" in err
+
+
+def test_a_tenant_label_is_kept_and_listed_with_the_weight_never_the_key(tmp_path: Path) -> None:
+    code, ci, err = keys(tmp_path, "create", "ci", "--tenant", "research", "--weight", "3")
+    assert code == 0 and "weight: 3; tenant: research" in err
+    assert keys(tmp_path, "create", "notebooks", "--tenant", "research")[0] == 0
+    assert keys(tmp_path, "create", "ops")[0] == 0
+    ring = parse_keys((tmp_path / "secrets" / "client-keys").read_bytes())
+    assert [(k.name, k.tenant, k.weight) for k in ring] == [("ci", "research", 3), ("notebooks", "research", None), ("ops", None, None)]
+    notebooks = ring.named("notebooks")
+    assert notebooks is not None and ring.tenant_of(notebooks).weight == 3, "its tenant's weight: the largest of its keys'"
+
+    code, table, _ = keys(tmp_path, "list")
+    rows = [line.split() for line in table.splitlines()]
+    assert code == 0 and [row[:6] for row in rows[1:]] == [
+        ["ci", "*", "unlimited", "unlimited", "3", "research"],
+        ["notebooks", "*", "unlimited", "unlimited", "1", "research"],
+        ["ops", "*", "unlimited", "unlimited", "1", "-"],
+    ]
+    code, out, _ = keys(tmp_path, "list", "-o", "json")
+    assert code == 0
+    listed = json.loads(out)
+    assert [(k["name"], k["weight"], k["tenant"]) for k in listed] == [
+        ("ci", 3, "research"),
+        ("notebooks", 1, "research"),
+        ("ops", 1, None),
+    ]
+    assert listed[0]["sha256_prefix"] == hash_key(ci.strip())[:8] and set(listed[0]) == {
+        "name",
+        "models",
+        "rpm",
+        "tpm",
+        "weight",
+        "tenant",
+        "created",
+        "sha256_prefix",
+    }
+    for shown in (table, out):
+        assert ci.strip() not in shown and hash_key(ci.strip()) not in shown, "never the key, nor its whole hash"
+
+    before = (tmp_path / "secrets" / "client-keys").read_bytes()
+    code, out, err = keys(tmp_path, "create", "bad", "--tenant", "Research!")
+    assert (code, out) == (2, "") and "--tenant: must be a DNS label" in err
+    assert (tmp_path / "secrets" / "client-keys").read_bytes() == before, "nothing written"
+
+
+def test_an_old_document_without_tenants_still_lists_and_takes_new_keys(tmp_path: Path) -> None:
+    (tmp_path / "secrets").mkdir(mode=0o700)
+    old = {"keys": [{"name": "legacy", "sha256": "c" * 64, "models": [], "rpm": None, "tpm": None}]}
+    (tmp_path / "secrets" / "client-keys").write_text(json.dumps(old))
+    code, out, _ = keys(tmp_path, "list", "-o", "json")
+    assert code == 0 and [(k["name"], k["weight"], k["tenant"]) for k in json.loads(out)] == [("legacy", 1, None)]
+    assert keys(tmp_path, "create", "fresh", "--tenant", "legacy")[0] == 0
+    ring = parse_keys((tmp_path / "secrets" / "client-keys").read_bytes())
+    legacy, fresh = ring.named("legacy"), ring.named("fresh")
+    assert legacy is not None and fresh is not None and ring.tenant_of(legacy) == ring.tenant_of(fresh), (
+        "a key without a label is the tenant of its name: a label naming it joins it"
+    )
