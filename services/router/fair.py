@@ -6,7 +6,9 @@ fairly by tenant (a client key, or the keys that share a tenant label), weighted
 members `_dispatch` would choose among) has `per_member` requests in flight from this router
 (`Traffic.outstanding`, counting the ones released from the queue and not yet sent). `per_member` 0 turns all of
 this off. The members' own Saturated condition is not used to admit: it is a probe tick old and nothing this
-router does frees it, so the cap is the one signal that a slot has freed (a request's end, in `_dispatch`).
+router does frees it, so the cap and the members that may take a request are what a slot depends on: a request's end
+(`freed`, in `_dispatch`) and a member that may have become ready (`wake`: its health folded, its failure mark
+cleared; handlers.py) release the next ones.
 
 **The queue** (one per model) is start-time fair queueing (Goyal, Vin and Cheng, 1996): a request of cost c from a
 tenant of weight w gets the start tag max(V, the tenant's last finish tag) and the finish tag start + c / w; the
@@ -32,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -233,7 +235,8 @@ class Waiter:
 
 class Fair:
     """The fair queues of one router, one per model. `wait` lets a request through at once when a member has a slot
-    and nobody waits, else queues it; `freed` (a request ended) releases the next ones. On the event loop only."""
+    and nobody waits, else queues it; `freed` (a request ended) and `wake` (a member may have become ready) release
+    the next ones. On the event loop only."""
 
     def __init__(self, members: Members, settings: Settings | None = None, *, recorder: Recorder = RECORDER) -> None:
         self.members = members
@@ -335,8 +338,14 @@ class Fair:
 
     def freed(self, member: Member) -> None:
         """A request to `member` ended: its slot goes to the next request in fair order of each model it serves."""
+        self.wake(member.declared)
+
+    def wake(self, models: Iterable[str]) -> None:
+        """Release what the members of `models` have slots for now. Called where a member may have become ready (its
+        health folded, its failure mark cleared: handlers.py) as well as where a slot freed: a request queued while
+        every member was saturated goes to a member that turns Healthy at once, not when a busy one frees a slot."""
         if self.queues:
-            for model in member.declared:
+            for model in models:
                 queue = self.queues.get(model)
                 if queue is not None:
                     self._wake(model, queue)

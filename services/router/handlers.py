@@ -1,5 +1,6 @@
 """The router service: members in, a probe per reconcile (and per tick), health decisions out; each member's load
-published each tick (`MemberLoad` on LOAD_SIGNALS, for the scaler), and held requests woken when a member is ready.
+published each tick (`MemberLoad` on LOAD_SIGNALS, for the scaler), and held and fairly queued requests woken when a
+member may have become ready.
 
 Every router replica folds every member (it routes to any of them). With several replicas, each probes and
 records the health of the members in the partitions it holds a lease on (`leases`); a member another replica
@@ -24,6 +25,7 @@ from contracts.subjects import ROUTER, SPEC, Key, kind_filter
 from runtime.leases import Leases
 from runtime.service import Effects, Runner, Service
 from services.router import decide, policy
+from services.router.fair import Fair
 from services.router.hold import Holds
 from services.router.load import Load
 from services.router.probe import Prober
@@ -47,6 +49,7 @@ class RouterService(Service):
         self.leases = leases  # several router replicas: which partitions' members this one probes and records
         self.router = router  # this replica's name, in the load signals
         self.holds: Holds | None = None  # requests held for models starting from zero (hold.py), woken here
+        self.fair: Fair | None = None  # requests queued while a model's members are saturated (fair.py), woken here too
         self._probing: set[asyncio.Task[None]] = set()
         self._reprobes: dict[Key, asyncio.Task[None]] = {}  # one re-probe in flight per member
 
@@ -103,6 +106,8 @@ class RouterService(Service):
         holds = self.holds
         if member is not None and holds is not None and holds.queues:
             holds.wake(member.declared)  # its health (or a new spec) may make it ready for a held request
+        if member is not None and self.fair is not None:
+            self.fair.wake(member.declared)  # and give a queued request a slot on it
         if member is None:
             self.prober.forget(envelope.key)
         elif envelope.facet == SPEC and self.runner is not None and self.runner.ready.is_set() and not self.owns(envelope.key):
@@ -132,6 +137,8 @@ class RouterService(Service):
             holds = self.holds
             if holds is not None and holds.queues:
                 holds.wake(member.declared)  # a cleared failure mark, with its health unchanged, records nothing
+            if self.fair is not None:
+                self.fair.wake(member.declared)
         if not effects.runner.owns(key):
             return  # another replica records this member's health; this probe only cleared our own mark
         decision = carried(decide.health(member, outcome, transport), member.health)

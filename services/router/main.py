@@ -170,7 +170,7 @@ def fair_queue(router: Router, config: tree.Router) -> None:
     """Its fair queue for saturated members, when JETWAY_ROUTER_FAIR_PER_MEMBER is set (JETWAY_ROUTER_FAIR_*: fair.py)."""
     settings = FairSettings(**{f.name: getattr(config, f"fair_{f.name}") for f in fields(FairSettings)})
     if settings.on:
-        router.routes.fair = Fair(router.service.members, settings)
+        router.routes.fair = router.service.fair = Fair(router.service.members, settings)  # the service wakes it (handlers.py)
         metrics.RECORDER.queued = router.routes.fair.counts
 
 

@@ -1,7 +1,8 @@
 """Fair tenants at the router, end to end: a vLLM simulator (simulator/vllm.py) as the member over real HTTP, the
 router with client keys and a cap of one request in flight per member, so that the member is saturated and
 requests queue (services/router/fair.py). A frozen simulator (slow_factor 1e6) keeps what reaches it in flight
-until it is thawed; every step waits on what the router shows (its queue's length), never on the clock."""
+until it is thawed; every step waits on what the router shows (its queue's length), never on the clock. The tests
+of tenant labels and of a member that becomes ready call the router with the official `openai` SDK."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 
 from contracts.poolmember import FORMAT_LABEL
@@ -49,16 +51,36 @@ async def sim(stack: Stack) -> AsyncIterator[VllmSimulator]:
             simulator.slow_factor = 1.0  # what is still in flight ends
 
 
-def fair(stack: Stack, **settings: Any) -> tuple[Fair, dict[str, str]]:
-    """Client keys for the tenants, and the fair queue with one request in flight per member."""
-    keys = {name: new_key() for name in TENANTS}
-    stack.secrets.set("client-keys", KeyRing(tuple(ClientKey(n, hash_key(k)) for n, k in keys.items())).dump())
+def fair(
+    stack: Stack, names: tuple[str, ...] = TENANTS, labels: dict[str, str] | None = None, **settings: Any
+) -> tuple[Fair, dict[str, str]]:
+    """Client keys `names` (with the tenant `labels` give them), and the fair queue with one request in flight per
+    member, installed as the router service installs it (services/router/main.py: the routes wait in it, the
+    service wakes it)."""
+    keys = {name: new_key() for name in names}
+    ring = KeyRing(tuple(ClientKey(n, hash_key(k), tenant=(labels or {}).get(n)) for n, k in keys.items()))
+    stack.secrets.set("client-keys", ring.dump())
     keyfile = KeyFile.in_store(stack.secrets)
     keyfile.load()
     stack.router.routes.keys = Gate(lambda: keyfile.ring)
     queue = Fair(stack.router.service.members, Settings(**{"per_member": 1, **settings}))
-    stack.router.routes.fair = queue
+    stack.router.routes.fair = stack.router.service.fair = queue
     return queue, keys
+
+
+def sdk(stack: Stack, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=stack.router_url, api_key=key, max_retries=0, timeout=60)
+
+
+async def chat(client: openai.AsyncOpenAI, content: str = "hello") -> str:
+    answer = await client.chat.completions.create(model="sim", messages=[{"role": "user", "content": content}], max_tokens=2)
+    return answer.choices[0].message.content or ""
+
+
+async def apply_member(stack: Stack, name: str, url: str) -> None:
+    doc = {"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": name}}
+    status, body = await stack.apply({**doc, "spec": {"backend": "vllm-openai", "url": url, "models": [{"name": "sim"}]}})
+    assert status in (200, 201), body
 
 
 def queued(queue: Fair) -> int:
@@ -157,3 +179,47 @@ async def test_a_client_that_leaves_frees_its_place(stack: Stack, sim: VllmSimul
     sim.slow_factor = 1.0
     assert [r[0] for r in await asyncio.wait_for(asyncio.gather(first, second), 20)] == [200, 200]
     assert sim.stats()["requests_finished"] == 2, "the request whose client left never reached the member"
+
+
+async def test_the_keys_of_one_tenant_share_its_share_of_the_queue(stack: Stack, sim: VllmSimulator) -> None:
+    queue, keys = fair(stack, ("ci", "notebooks", "ops"), {"ci": "research", "notebooks": "research"}, queue_max=8, tenant_max=2)
+    sim.slow_factor = 1e6
+    async with sdk(stack, keys["ci"]) as ci, sdk(stack, keys["notebooks"]) as notebooks, sdk(stack, keys["ops"]) as ops:
+        waiting = [asyncio.create_task(chat(ops, "in flight"))]
+        await eventually(lambda: sim.stats()["running"] == 1, message="in flight")
+        waiting += [asyncio.create_task(chat(ci)), asyncio.create_task(chat(notebooks))]
+        await eventually(lambda: queued(queue) == 2, message="one request of each of research's keys queued")
+        with pytest.raises(openai.RateLimitError) as refused:
+            await chat(notebooks)  # its own key has one waiting; its tenant has two, its share
+        error = refused.value
+        assert (error.status_code, error.code, error.response.headers["retry-after"]) == (429, "tenant_queue_full", "1")
+        assert "the tenant 'research' (of the key 'notebooks') already has 2 requests waiting" in str(error.body)
+        assert not any(key in str(error.body) for key in keys.values()), "never a key"
+        waiting.append(asyncio.create_task(chat(ops)))  # another tenant still has its own share
+        await eventually(lambda: queued(queue) == 3, message="ops queued beside research")
+        sim.slow_factor = 1.0
+        assert len(await asyncio.wait_for(asyncio.gather(*waiting), 30)) == 4, "the queued are served"
+    assert queued(queue) == 0
+
+
+async def test_a_queued_request_goes_to_a_member_that_becomes_ready(stack: Stack, sim: VllmSimulator) -> None:
+    """Queued while the one member is saturated (its request frozen: no slot will free on it), a request is served as
+    soon as a second member is applied and probed Healthy: the fair queue is woken by the member's health, not only by
+    a request's end. Without that it would wait out JETWAY_ROUTER_FAIR_SECONDS (60 s here) and get a 503."""
+    queue, keys = fair(stack, seconds=60)
+    sim.slow_factor = 1e6
+    async with (
+        sdk(stack, keys["heavy"]) as heavy,
+        sdk(stack, keys["light"]) as light,
+        VllmSimulator(["sim"], SimParams(ttft_base=0.001, decode_per_token=0.0005)) as second,
+    ):
+        first = asyncio.create_task(chat(heavy, "frozen"))
+        await eventually(lambda: sim.stats()["running"] == 1, message="the only member saturated")
+        waiting = asyncio.create_task(chat(light, "waiting"))
+        await eventually(lambda: queued(queue) == 1, message="the request queued")
+        await apply_member(stack, "sim-1", second.url)
+        await asyncio.wait_for(waiting, 15)  # served once sim-1 is probed Healthy, the first member's request still frozen
+        assert second.stats()["requests_finished"] == 1 and sim.stats()["running"] == 1 and not first.done()
+        assert queued(queue) == 0
+        sim.slow_factor = 1.0
+        await asyncio.wait_for(first, 30)

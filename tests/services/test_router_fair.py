@@ -401,6 +401,26 @@ async def test_no_queue_while_a_member_has_room_nor_when_none_is_ready() -> None
     assert await stand.fair.wait(stand.gate, Client(), Asked({}), CHAT, "qwen", None, []) == []  # type: ignore[arg-type]
 
 
+async def test_a_member_that_becomes_ready_takes_the_queued_when_the_queue_is_woken() -> None:
+    stand = Stand(fair.Settings(per_member=1), "m0")
+    await stand.sent(stand.ask("a")[1])
+    _, waiting = stand.ask("b")
+    await settle()
+    assert stand.queued() == 1
+    key = applied(stand.members, "m1")
+    stand.fair.wake(["qwen"])
+    await settle()
+    assert not waiting.done(), "applied but not yet probed: not ready, no slot"
+    healthy(stand.members, key)
+    stand.fair.wake(["other-model"])
+    await settle()
+    assert not waiting.done(), "a wake for another model leaves qwen's queue alone"
+    stand.fair.wake(["qwen"])  # what the router service does when it folds a member's health (handlers.py)
+    await settle()
+    assert [m.name for m in (await waiting) or []] == ["m1"], "released on the member that became ready"
+    assert stand.queued() == 0 and not stand.fair.queues
+
+
 async def test_a_tenant_s_keys_count_against_one_share() -> None:
     stand = Stand(fair.Settings(per_member=1, tenant_max=2), "m0")
     ring = KeyRing(
