@@ -13,6 +13,7 @@
     GET  /v1/console/rendered/{kind}/{name}         the recorded objects as `jetway render KIND/NAME` prints them (rendered.py)
     GET  /v1/console/discovery                      what the cluster serves, by CRD name (providers' health checks)
     GET  /v1/console/router-figures                 the router's live figures per member and per model (figures.py)
+    GET  /v1/console/routing?model=M[&limit=N]      a model's latest routing decisions, newest first (routing.py)
 
 The playground's chat is relayed by the API rather than sent by the browser to the router: the router
 stays one origin with no CORS to get right, and a chat from the console needs the console's session
@@ -42,7 +43,7 @@ from contracts.events import Envelope
 from contracts.kinds import KINDS, KindInfo, resolve_kind
 from contracts.subjects import Key
 from runtime.eventstore import Item
-from services.console import events, figures, rendered, timeline
+from services.console import events, figures, rendered, routing, timeline
 from services.console.access import CALLER, Denied, Fail, Gate, KubeGate, readable
 from services.console.handlers import ConsoleService
 from services.console.kubeuser import KubeRefused, usable_token
@@ -151,6 +152,7 @@ def add_routes(app: web.Application, folded: ConsoleService, console: Console, f
     gate = console.gate
     assert gate is not None, "the API sets the console's gate before adding its routes"
     relay: dict[str, aiohttp.ClientSession] = {}
+    reads = asyncio.Semaphore(routing.CONCURRENT_READS)  # the routing records' readers at once (routing_decisions)
 
     async def page(request: web.Request) -> web.StreamResponse:
         name = request.match_info.get("file") or "index.html"
@@ -283,6 +285,24 @@ def add_routes(app: web.Application, folded: ConsoleService, console: Console, f
         console.samples = figures.keep(console.samples, now)
         body = figures.figures(console.samples[0] if console.samples[0] is not now else None, now)
         return web.json_response({"router_url": console.router_url, "window": figures.WINDOW, **body})
+
+    async def routing_decisions(request: web.Request) -> web.Response:
+        """A model's latest routing decisions from the routing records' stream (routing.py)."""
+        members = KINDS["InferencePoolMember"]
+        if not await gate.may(request[CALLER], "list", members, None):  # decisions name members of every namespace
+            return fail(403, f"the routing decisions need the right to list {members.plural} in every namespace", code="forbidden")
+        try:
+            model, limit = routing.query(request.query.get("model"), request.query.get("limit"))
+        except ValueError as exc:
+            return fail(400, str(exc), code="invalid_request", path=str(exc).split(":", 1)[0])
+        runner = folded.runner
+        if runner is None:
+            return fail(503, "NATS is not connected yet; try again shortly", code="unavailable")
+        try:
+            body = await routing.recent(runner.nc, model, limit, reads=reads)
+        except routing.Unreadable as exc:
+            return fail(503, f"{exc}; try again shortly", code="unavailable")
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def discovery(request: web.Request) -> web.Response:
         """The last ApisDiscovered as CRD names ("plural.group"), for the providers' health checks; in
@@ -445,6 +465,7 @@ def add_routes(app: web.Application, folded: ConsoleService, console: Console, f
     app.router.add_get("/v1/console/models", models)
     app.router.add_post("/v1/console/chat", chat)
     app.router.add_get("/v1/console/router-figures", router_figures)
+    app.router.add_get("/v1/console/routing", routing_decisions)
     app.router.add_get("/v1/console/discovery", discovery)
     app.router.add_get("/v1/watch", watch)
     app.router.add_get("/v1/kinds/{kind}/{name}/history", history)

@@ -6,14 +6,19 @@ when it can (apt), so CI runs them wherever the package can be installed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from contracts.routing import BATCH, ROUTING_PREFIX, RoutingRecord
+from runtime.bus import connect
+from services.router import records as router_records
+from services.router.records import Records
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import Stack, running_pipeline, running_stack
 
@@ -42,6 +47,36 @@ async def stack(nats: NatsEndpoint, tmp_path: Path) -> AsyncIterator[Stack]:
     """The standalone stack with the selector, storage and workload services, so a deployment gets a phase."""
     async with running_stack(nats.url, tmp_path) as running, running_pipeline(nats.url):
         yield running
+
+
+@pytest.fixture
+async def recording(stack: Stack) -> AsyncIterator[Records]:
+    """The stack's router writing routing records (as `jetway up` does with JETWAY_ROUTER_RECORDS=1) into the stream,
+    made here as the router makes it."""
+    nc = await connect(stack.nats_url, name="records")
+    await router_records.ensure_stream(nc.jetstream(timeout=10), 3600.0, 64 * 1024 * 1024)
+    records = Records(nc, "replica-a")
+    stack.router.routes.records = records
+    publishing = asyncio.create_task(records.run())
+    try:
+        yield records
+    finally:
+        stack.router.routes.records = None
+        records.stop()
+        await asyncio.wait_for(publishing, 10)
+        await nc.close()
+
+
+async def store_records(nats_url: str, batches: Sequence[Sequence[RoutingRecord]], replica: str = "replica-a") -> list[int]:
+    """Batches of records stored in the routing records' stream as a router replica publishes them (one message a
+    batch), each acknowledged: stored when this returns. Their stream sequences."""
+    nc = await connect(nats_url, name="records")
+    try:
+        js = nc.jetstream(timeout=10)
+        await router_records.ensure_stream(js, 3600.0, 64 * 1024 * 1024)
+        return [(await js.publish(f"{ROUTING_PREFIX}.{replica}", BATCH.encode(list(batch)))).seq for batch in batches]
+    finally:
+        await nc.close()
 
 
 @pytest.fixture
