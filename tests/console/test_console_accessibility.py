@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
+from contracts.routing import RoutingRecord
 from testbed.waiting import eventually
+from tests.console.conftest import store_records
 from tests.contracts.cases import MD, changed
 from tests.support.stack import Stack, echo_member
 
@@ -54,6 +56,24 @@ async def seed(stack: Stack) -> None:
             assert status in (200, 201), (file, body)
     await eventually(lambda: stack.served("echo"), timeout=20, message="the echo member served")
     await eventually(lambda: _rendered(stack, "audited"), timeout=20, message="the deployment's workload rendered")
+    # routing decisions for echo, as a router replica records them: one chosen, one refused for want of a member
+    decided = RoutingRecord(
+        at=1_700_000_000.0,
+        model="echo",
+        status=200,
+        member="echo",
+        candidates=("echo",),
+        policy="prefix-cache",
+        reason="only",
+        key="team-a",
+        tokens_in=9,
+        tokens_out=3,
+        ttft=0.012,
+        elapsed=0.04,
+        router="replica-a",
+    )
+    refused = RoutingRecord(at=1_700_000_001.0, model="echo", status=503, policy="prefix-cache", elapsed=0.001, router="replica-a")
+    await store_records(stack.nats_url, [[decided, refused]])
 
 
 async def _rendered(stack: Stack, name: str) -> bool:
@@ -72,6 +92,8 @@ PAGES: list[tuple[str, str, str, str]] = [
     ("provider", "#/providers/kaito", "table[aria-label='CRD checks']", "Providers"),
     ("agents", "#/agents", 'tr[data-name="personal-assistant"]', "Agents"),
     ("members", "#/members", 'tr[data-name="echo"] [data-phase="Healthy"]', "Pool members"),
+    ("routing", "#/routing/echo", "table[aria-label='Routing decisions for echo'] tbody tr", "Pool members"),
+    ("routing, no model", "#/routing", "#routing-model", "Pool members"),
     ("playground", "#/playground", '#model option[value="echo"]', "Playground"),
 ]
 
@@ -340,6 +362,30 @@ async def test_the_skip_link_and_every_page_from_the_header_by_keyboard(page: An
     await expect(page).to_have_url(f"{stack.api_url}/ui/#/providers/kaito")
     await expect(page.get_by_role("heading", level=1)).to_contain_text("KAITO", timeout=TIMEOUT)
     await expect(page).to_have_title("Provider kaito · Jetway console")
+
+
+async def test_a_models_routing_decisions_are_asked_and_read_with_the_keyboard_alone(page: Any, stack: Stack) -> None:
+    await seed(stack)
+    await open_page(page, stack, "#/routing", "#routing-model")
+    await expect(page.get_by_role("status")).to_contain_text("Name a model")
+    model = page.get_by_label("Model", exact=True)
+    await tab_to(page, model)
+    await page.keyboard.type("echo")
+    await page.keyboard.press("Enter")  # the form's Show
+    await expect(page).to_have_url(f"{stack.api_url}/ui/#/routing/echo")
+    await expect(page.get_by_role("status")).to_contain_text("2 decisions for echo", timeout=TIMEOUT)
+    rows = page.get_by_role("table", name="Routing decisions for echo").locator("tbody tr")
+    await expect(rows.first.locator('[data-col="status"]')).to_have_text("503")  # the newest arrival first
+    await expect(rows.nth(1).locator('[data-col="reason"]')).to_have_text("only")
+    await expect(rows.nth(1).locator('[data-col="key"]')).to_have_text("team-a")
+    refresh = page.get_by_role("button", name="Refresh now")
+    await tab_to(page, refresh)
+    await page.keyboard.press("Enter")
+    await expect(rows).to_have_count(2)
+    member = rows.nth(1).get_by_role("link", name="echo")
+    await tab_to(page, member)  # the table's box scrolls: its member links are reached and shown in turn
+    await page.keyboard.press("Enter")
+    await expect(page).to_have_url(f"{stack.api_url}/ui/#/timeline/InferencePoolMember//echo")
 
 
 # --- the layout --------------------------------------------------------------------------------

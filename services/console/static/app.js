@@ -6,6 +6,7 @@ import * as playground from "./playground.js";
 import * as providers from "./providers.js";
 import * as agents from "./agents.js";
 import * as members from "./members.js";
+import * as routing from "./routing.js";
 
 // [pattern, the nav link marked current, the page, the window's title]
 const ROUTES = [
@@ -17,6 +18,8 @@ const ROUTES = [
   [/^#\/providers\/([^/]+)$/, "providers", (main, name) => providers.detail(main, name), (name) => `Provider ${name}`],
   [/^#\/agents$/, "agents", (main) => agents.page(main), () => "Agents"],
   [/^#\/members$/, "members", (main) => members.page(main), () => "Pool members"],
+  [/^#\/routing\/([^/?]+)(?:\?.*)?$/, "members", (main, model) => routing.page(main, model), (model) => `Routing: ${model}`],
+  [/^#\/routing$/, "members", (main) => routing.page(main), () => "Routing decisions"],
   [/^(#\/deployments|#\/?|)$/, "deployments", (main) => deployments.list(main), () => "Deployments"],
 ];
 

@@ -208,7 +208,7 @@ export function page(main) {
         h(
           "tr",
           { "data-model": model },
-          h("td", {}, model),
+          h("td", {}, h("a", { href: `#/routing/${enc(model)}`, title: `Routing decisions for ${model}` }, model)),
           ["requests", "rps", "error_rate", "ttft_p50_ms", "ttft_p90_ms"].map((f) => h("td", { "data-col": f, class: "number" }, shown(f, latest.models[model][f]))),
         ),
       ),
