@@ -51,11 +51,22 @@ class Placement(msgspec.Struct, frozen=True, array_like=True):
     block_chars: int = 0
     session: int | None = None
 
+    @property
+    def turn(self) -> int | None:
+        """What the conversation's next turn finds this one by: its session, else its prompt's last block hash (the
+        next turn's prompt starts with this one's); None with neither."""
+        if self.session is not None:
+            return self.session
+        return self.blocks[-1] if self.blocks else None
+
 
 class InFlight(msgspec.Struct, frozen=True, array_like=True):
-    """One router replica's requests in flight, per member (those with any), for the other replicas' load terms."""
+    """One router replica's requests in flight, per member (those with any), for the other replicas' load terms; and
+    the turn whose end it says, when it says one (its placement's `turn`: its session, else its last block hash), so
+    that another replica counts a conversation's previous turn out only while these counts still hold it."""
 
     members: tuple[tuple[str, int], ...] = ()
+    ended: tuple[int, ...] = ()
 
 
 BATCH = msgspec.json.Encoder()

@@ -21,6 +21,7 @@ from nats.errors import BadSubjectError
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
+from nats.protocol.command import pub_cmd
 
 from contracts.natsauth import inbox_prefix
 from contracts.subjects import ALL_EVENTS, DLQ_PREFIX
@@ -156,6 +157,22 @@ class BoundedClient(Client):
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
         handler(subject, reply, data, headers)
+
+    def publish_now(self, subject: str, payload: bytes) -> bool:
+        """Publish `payload` and write it, after whatever publishes buffered before it, to the socket in this loop
+        turn: nats-py's `publish` leaves both to its flusher task, a turn later at best. For a message that must
+        leave before bytes this turn writes elsewhere: a router replica's counts of its requests in flight, ahead of
+        the client's last bytes (services/router/learn.py). False, nothing sent, while not connected."""
+        check_subject(subject)
+        if not self.is_connected or self._transport is None:
+            return False
+        self._pending.append(pub_cmd(subject, "", payload))
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        self._transport.writelines(self._pending)  # in order: what was buffered first goes first
+        self._pending = []
+        self._pending_data_size = 0
+        return True
 
     async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None) -> None:
         check_subject(subject)

@@ -209,12 +209,13 @@ class InFlight:
     """One request counted in flight to its member until the member has answered it: ended before the client gets
     the last bytes (Relay.done), so a client's next request, to this replica or another, finds it gone (learn.py)."""
 
-    __slots__ = ("learner", "traffic")
+    __slots__ = ("learner", "traffic", "turn")
 
-    def __init__(self, traffic: Traffic, learner: Learner | None) -> None:
+    def __init__(self, traffic: Traffic, learner: Learner | None, turn: int | None = None) -> None:
         traffic.outstanding += 1
         self.traffic: Traffic | None = traffic
         self.learner = learner
+        self.turn = turn  # its placement's (contracts.routing.Placement.turn), said with the counts when it ends
 
     def end(self) -> None:
         traffic = self.traffic
@@ -222,7 +223,7 @@ class InFlight:
             self.traffic = None
             traffic.outstanding -= 1
             if self.learner is not None:
-                self.learner.finished()
+                self.learner.finished(self.turn)
 
 
 class Trace:
@@ -271,7 +272,6 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
 def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, status: int, started: float, ended: float) -> RoutingRecord:
     settings, choice, prompt = routes.settings, trace.choice, trace.prompt
     blocks = prompt.hashed(settings) if prompt is not None else []
-    session = prompt.session if prompt is not None else None
     return RoutingRecord(
         at=time.time() - (ended - started),
         model=model,
@@ -284,7 +284,7 @@ def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, sta
         prefix=choice.prefix if choice is not None else 0.0,
         blocks=tuple(blocks),
         block_chars=settings.block_chars,
-        session=policy.session_key(session) if session else None,
+        session=prompt.session_key if prompt is not None else None,
         key=key,
         tokens_in=trace.tokens_in,
         tokens_out=trace.tokens_out,
@@ -344,15 +344,17 @@ async def _dispatch(
             break
         if attempt:
             routes.recorder.retried(model)
-        member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked)
+        learner = routes.learner
+        ended = learner.previous(asked, settings) if learner is not None and len(ready) > 1 else None
+        member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked, ended)
         routes.recorder.chose(settings.policy, choice.reason)
-        if routes.learner is not None:  # the other replicas learn where it went (services/router/learn.py)
-            session = policy.session_key(asked.session) if asked.session else None
-            await routes.learner.tell(model, member.name, asked.hashes, session)
+        turn = None
+        if learner is not None:  # the other replicas learn where it went (services/router/learn.py)
+            turn = await learner.tell(model, member.name, asked.hashes, asked.session_key)
         if trace is not None:
             trace.choice = choice
         tried.add(member.key)
-        in_flight = InFlight(routes.members.traffic_of(member.key), routes.learner)
+        in_flight = InFlight(routes.members.traffic_of(member.key), learner, turn)
         try:
             header = policy.route_header(choice, settings.policy)
             relay = await forward(routes, client, request, member, body, model, api, header, in_flight.end)

@@ -9,6 +9,13 @@ before ends. A replica tells only while it has peers: it knows them by their onc
 router spends nothing on it. A replica that starts reads the last `warm_seconds` of the
 records' stream first (the same fields, kept): it is warm before it has routed anything.
 
+A conversation's own previous turn is not counted against its member: a client sends its next turn once the last
+one's answer has ended, often before the count from the replica that served it says so, and counted it would push
+the conversation off its member under the load bound. So a replica remembers where the others sent each
+conversation's latest turn (`Placement.turn`: its session, else the last block hash of its prompt, which the next
+turn's prompt holds) until their counts say it ended (`InFlight.ended`); the next turn it takes meanwhile counts one
+request fewer there (`previous`, `policy.pick`'s `ended`).
+
 Load is shared too: ten times a second (once a second when nothing changed), a replica says how many requests it
 has in flight to each member (`InFlight`, core NATS, not stored). Each replica adds the others' latest counts to its own
 (`Traffic.others`), so the load terms of the policies and the load bound see the whole deployment's traffic,
@@ -22,13 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from contracts.routing import (
@@ -42,6 +49,7 @@ from contracts.routing import (
     decode_batch,
 )
 from contracts.subjects import Key
+from runtime.bus import BoundedClient
 from runtime.reader import OrderedReader
 from services.router import policy
 from services.router.projection import Members
@@ -49,7 +57,10 @@ from services.router.projection import Members
 log = logging.getLogger("jetway.router.learn")
 
 INFLIGHT_SECONDS = 0.1  # how often a replica says its requests in flight (when it has peers)
-INFLIGHT_STALE = 1.0  # a replica silent this long counts for nothing (it says its counts at least once a second)
+INFLIGHT_STALE = 0.5  # a replica silent this long counts for nothing (killed): it says its counts every tenth of a second
+# while it has any in flight, once a second when it has none
+TURNS = 65_536  # the other replicas' latest turns remembered (LRU): a conversation's next turn finds its own
+TURN_SECONDS = 600.0  # a turn older than this is no longer taken for one the others still count
 PEER_SECONDS = 30.0  # records are published every quarter second while a replica routes; silence this long: gone
 _ENCODE = msgspec.msgpack.Encoder().encode
 _DECODE = msgspec.msgpack.Decoder(Placement).decode
@@ -102,6 +113,8 @@ class Learner:
     """One replica's subscription to the others' records, and its start-up read of the recent ones."""
 
     def __init__(self, nc: Client, own_subject: str, members: Members, memory: policy.Memory, settings: policy.Settings) -> None:
+        if not isinstance(nc, BoundedClient):
+            raise TypeError("Learner listens and says through runtime.bus.connect's client (BoundedClient)")
         self.nc = nc
         self.own_subject = own_subject  # its records' subject
         self.own_placements = PLACEMENT_PREFIX + own_subject.removeprefix(ROUTING_PREFIX)
@@ -115,10 +128,10 @@ class Learner:
         self.own_inflight = INFLIGHT_PREFIX + own_subject.removeprefix(ROUTING_PREFIX)
         self._said: dict[str, tuple[float, dict[str, int]]] = {}  # another replica → (when, its counts per member)
         self._stopping = asyncio.Event()
-        self._soon = False  # counts to be said at the next loop turn (`finished`)
         self._last_said: tuple[tuple[str, int], ...] | None = None
         self._last_at = 0.0
-        self._pending: set[asyncio.Future[None]] = set()
+        # a conversation → its last turn's member, the replica that counts it, when told
+        self._turns: OrderedDict[int, tuple[Key, str, float]] = OrderedDict()
 
     def has_peers(self) -> bool:
         """Whether another replica said anything in the last PEER_SECONDS (then decisions are told)."""
@@ -129,20 +142,41 @@ class Learner:
             del self._peers[subject]
         return bool(self._peers)
 
-    async def tell(self, model: str, member: str, blocks: list[int] | None, session: int | None) -> None:
-        """A decision, to the other replicas (when there are any): where this prompt and session went."""
+    def previous(self, prompt: policy.Prompt, settings: policy.Settings) -> Key | None:
+        """The member another replica sent this prompt's conversation's previous turn to, recently; forgotten once
+        asked (the next turn is this one). By the session when it has one, else by the longest of the prompt's block
+        hashes that ended a told prompt."""
+        turns = self._turns
+        if not turns:
+            return None
+        if prompt.session_key is not None:
+            found = turns.pop(prompt.session_key, None)
+        else:
+            found = None
+            for block in reversed(prompt.hashed(settings)):
+                found = turns.pop(block, None)
+                if found is not None:
+                    break
+        if found is None:
+            return None
+        key, counted_by, at = found
+        if counted_by not in self._said:  # that replica's counts are forgotten (silent): nothing to count out
+            return None
+        return key if asyncio.get_running_loop().time() - at < TURN_SECONDS else None
+
+    async def tell(self, model: str, member: str, blocks: list[int] | None, session: int | None) -> int | None:
+        """A decision, to the other replicas (when there are any): where this prompt and session went. Its turn (to be
+        said with the counts when the request ends), None when nothing was told."""
         if not self._peers or not self.has_peers():
-            return
+            return None
         placement = Placement(model, member, tuple(blocks or ()), self.settings.block_chars, session)
         with contextlib.suppress(nats.errors.Error, OSError):  # a lost placement costs a cache hit elsewhere, never a request
             await self.nc.publish(self.own_placements, _ENCODE(placement))
+        return placement.turn
 
     async def start(self, warm_seconds: float) -> None:
         """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
-        self._subs = [
-            await self.nc.subscribe(f"{PLACEMENT_PREFIX}.>", cb=self._placed),
-            await self.nc.subscribe(f"{INFLIGHT_PREFIX}.>", cb=self._counted),
-        ]
+        self._subs = [await self._listen(f"{PLACEMENT_PREFIX}.>", self._placed), await self._listen(f"{INFLIGHT_PREFIX}.>", self._counted)]
         try:
             if warm_seconds > 0:
                 await self._warm(warm_seconds)
@@ -151,32 +185,55 @@ class Learner:
         finally:
             self.warmed.set()
 
-    async def _placed(self, message: Msg) -> None:
-        if message.subject == self.own_placements:
+    async def _listen(self, subject: str, handler: Callable[[str, bytes], None]) -> Subscription:
+        """Placements and counts are handled as the client reads them (`BoundedClient.tap`), in the order they came,
+        not a loop turn later by a task of nats-py's: a count saying a turn ended is seen before the client's next
+        turn whenever it was read first."""
+
+        def tapped(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+            try:
+                handler(subject.decode(), data)
+            except Exception:  # a tap must not raise into the client's read loop
+                log.exception("routing memory: a message from another replica could not be taken in")
+
+        sub = await self.nc.subscribe(subject)  # no callback: its deliveries go to the tap
+        self.nc.tap(sub, tapped)
+        return sub
+
+    def _placed(self, subject: str, data: bytes) -> None:
+        if subject == self.own_placements:
             return  # its own: already in its memory
         try:
-            placement = _DECODE(message.data)
+            placement = _DECODE(data)
         except msgspec.DecodeError:
             return
         self.learned += learn((placement,), self.members, self.memory, self.settings)
         # one more in flight there, until that replica's next count says otherwise (a tenth of a second at most)
-        subject = INFLIGHT_PREFIX + message.subject.removeprefix(PLACEMENT_PREFIX)
+        subject = INFLIGHT_PREFIX + subject.removeprefix(PLACEMENT_PREFIX)
         at, counts = self._said.get(subject, (asyncio.get_running_loop().time(), {}))
         counts[placement.member] = counts.get(placement.member, 0) + 1
         self._said[subject] = (at, counts)
         key = member_key(self.members, placement.model, placement.member)
         if key is not None:
             self.members.traffic_of(key).others += 1
+            turn = placement.turn
+            if turn is not None and (placement.session is not None or placement.block_chars == self.settings.block_chars):
+                self._turns[turn] = (key, subject, asyncio.get_running_loop().time())
+                self._turns.move_to_end(turn)
+                if len(self._turns) > TURNS:
+                    self._turns.popitem(last=False)
 
-    async def _counted(self, message: Msg) -> None:
-        if message.subject == self.own_inflight:
+    def _counted(self, subject: str, data: bytes) -> None:
+        if subject == self.own_inflight:
             return
-        self._peers[message.subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
+        self._peers[subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
         try:
-            said = _DECODE_INFLIGHT(message.data)
+            said = _DECODE_INFLIGHT(data)
         except msgspec.DecodeError:
             return
-        self._said[message.subject] = (asyncio.get_running_loop().time(), dict(said.members))
+        self._said[subject] = (asyncio.get_running_loop().time(), dict(said.members))
+        for turn in said.ended:  # no longer in these counts: not to be counted out again
+            self._turns.pop(turn, None)
         others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
 
     def _forget_silent(self) -> bool:
@@ -187,21 +244,17 @@ class Learner:
             del self._said[subject]
         return bool(silent)
 
-    def finished(self) -> None:
-        """A request of this replica's ended: its counts go out now (coalesced with any other ending in the same loop
-        turn), so the replica that takes a conversation's next turn a moment later does not see this one in flight."""
-        if self._soon or not self._peers:
+    def finished(self, turn: int | None) -> None:
+        """A request of this replica's ended (`turn`: its placement's, when it was told): its counts go out now,
+        written before the client gets the answer's last bytes, so the replica that takes a conversation's next turn
+        a moment later has read that this one ended."""
+        if not self._peers:
             return
-        self._soon = True
-        asyncio.get_running_loop().call_soon(self._say_now)
-
-    def _say_now(self) -> None:
-        self._soon = False
         self._last_said = self._counts()
         self._last_at = asyncio.get_running_loop().time()
-        # nats-py's publish only appends to its buffer until the flusher runs: nothing here waits
-        self._pending.add(task := asyncio.ensure_future(self._publish(self._last_said)))
-        task.add_done_callback(self._pending.discard)
+        said = InFlight(self._last_said, (turn,) if turn is not None else ())
+        with contextlib.suppress(nats.errors.Error, OSError):  # lost: the next tick's counts say it
+            self.nc.publish_now(self.own_inflight, _ENCODE_INFLIGHT(said))
 
     def _counts(self) -> tuple[tuple[str, int], ...]:
         items = self.members.items
@@ -223,7 +276,7 @@ class Learner:
                 others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
             # said once a second even alone (an empty count): a replica that starts finds its peers before it routes
             mine = self._counts()
-            if mine == self._last_said and loop.time() - self._last_at < 1.0:  # unchanged: again once a second, not forgotten
+            if not mine and not self._last_said and loop.time() - self._last_at < 1.0:  # nothing in flight: once a second
                 continue
             self._last_said, self._last_at = mine, loop.time()
             await self._publish(mine)
@@ -255,5 +308,6 @@ class Learner:
     async def stop(self) -> None:
         self._stopping.set()
         for sub in self._subs:
+            self.nc.untap(sub)
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()

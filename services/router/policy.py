@@ -460,11 +460,12 @@ class Prompt:
     choice among several members (never when one is ready, unless routing records want them) and kept for the
     retry."""
 
-    __slots__ = ("always", "body", "hashes", "home", "session")
+    __slots__ = ("always", "body", "hashes", "home", "session", "session_key")
 
     def __init__(self, body: dict[str, Any] | None, session: str | None, *, always: bool = False) -> None:
         self.body = body
         self.session = session
+        self.session_key = session_key(session) if session else None  # as choosing, placements and records keep it
         self.always = always  # hash whatever the policy: a routing record carries the blocks
         self.hashes: list[int] | None = None
         self.home: int | None = None
@@ -488,10 +489,19 @@ def route_header(choice: Choice, policy: str) -> bytes:
 
 
 def pick(
-    settings: Settings, memory: Memory, ready: Sequence[Member], traffic: Mapping[Key, Traffic], prompt: Prompt
+    settings: Settings,
+    memory: Memory,
+    ready: Sequence[Member],
+    traffic: Mapping[Key, Traffic],
+    prompt: Prompt,
+    ended: Hashable | None = None,
 ) -> tuple[Member, Choice]:
     """The member of `ready` (not empty) a request goes to, and why. The session's member while it is ready and not
-    saturated, else the policy's choice; `memory` then remembers it (the prompt's blocks, the session, the turn)."""
+    saturated, else the policy's choice; `memory` then remembers it (the prompt's blocks, the session, the turn).
+
+    `ended` is the member another replica sent this conversation's previous turn to (learn.py `Learner.previous`):
+    one of that member's requests the other replicas counted is taken to be that turn, ended, since a client sends its
+    next turn after the last one's answer, often before the other replica's count saying so arrives."""
     if len(ready) == 1:
         return ready[0], ONLY  # nothing to choose: no hashing, no index, no session to keep
     hashes = prompt.hashed(settings)
@@ -499,16 +509,18 @@ def pick(
     for member in ready:
         live = traffic.get(member.key)
         load = live.load if live is not None else None
+        others = live.others if live is not None else 0
+        if others and member.key == ended:
+            others -= 1
         views.append(
             View(
-                outstanding=live.outstanding + live.others if live is not None else 0,
+                outstanding=live.outstanding + others if live is not None else 0,
                 waiting=load.waiting if load is not None else 0,
                 kv=(load.kv or 0.0) if load is not None else 0.0,
                 saturated=saturated(member),
             )
         )
-    session = session_key(prompt.session) if prompt.session else None
-    choice = decide(settings, memory, [m.key for m in ready], views, hashes, prompt.home, session)
+    choice = decide(settings, memory, [m.key for m in ready], views, hashes, prompt.home, prompt.session_key)
     return ready[choice.index], choice
 
 

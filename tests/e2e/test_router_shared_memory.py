@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
+from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM
 from runtime.bus import connect
 from runtime.leases import LeaseSettings
 from runtime.secrets import FileSecrets
@@ -74,6 +75,17 @@ async def chat(http: aiohttp.ClientSession, base: str, messages: list[dict[str, 
         return response.headers["x-jetway-member"], route.split("reason=")[1].split(";")[0]
 
 
+async def recorded_by(url: str, replicas: set[str]) -> bool:
+    """Whether the routing records' stream holds a batch from each of `replicas` (they publish a quarter second after
+    a request ends)."""
+    nc = await connect(url, name="records-check")
+    try:
+        info = await nc.jetstream().stream_info(ROUTING_STREAM, subjects_filter=f"{ROUTING_PREFIX}.>")
+        return {subject.removeprefix(ROUTING_PREFIX + ".") for subject in info.state.subjects or {}} >= replicas
+    finally:
+        await nc.close()
+
+
 async def all_ready(http: aiohttp.ClientSession, base: str) -> bool:
     async with http.get(f"{base}/models") as response:
         listed = (await response.json())["data"]
@@ -113,7 +125,8 @@ async def test_three_replicas_keep_a_conversation_and_a_prefix_where_one_of_them
                 return await chat(http, c.url, again) == (owner, "prefix")
 
             await eventually(drawn, timeout=5, interval=0.1, message=f"the prefix drawn to {owner} through c")
-            # a replica started now is warm from the stream before it routes anything
+            # a replica started now, once those turns' records are stored, is warm from the stream before it routes anything
+            await eventually(lambda: recorded_by(nats.url, {"a", "b", "c"}), timeout=10, message="the turns' records stored")
             async with replica(nats.url, "d", tmp_path) as d:
                 assert d.learner.learned > 0
                 await eventually(lambda: all_ready(http, d.url), timeout=20, message="every member ready at d")

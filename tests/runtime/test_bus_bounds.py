@@ -9,8 +9,9 @@ from nats.aio.msg import Msg
 
 from contracts.events import ResourceApplied
 from contracts.subjects import Key
-from runtime.bus import MAX_SUBJECT_BYTES, SubjectTooLong
+from runtime.bus import MAX_SUBJECT_BYTES, BoundedClient, SubjectTooLong
 from runtime.eventstore import EventStore, EventTooLarge
+from testbed.waiting import eventually
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
@@ -66,4 +67,25 @@ async def test_an_event_over_the_servers_payload_limit_is_refused_before_it_is_s
     assert await store.last_seq(MEMBER.subject()) == 0
     small = ResourceApplied(kind=MEMBER.kind, namespace="", name=MEMBER.name, generation=1, spec={"x": "y"})
     assert (await store.append(MEMBER.subject(), small, expected_seq=0)).seq == 1
+    await works(client)
+
+
+async def test_a_message_published_now_leaves_in_this_loop_turn_after_what_was_buffered(client: Client) -> None:
+    """`publish_now` writes to the socket before it returns (a router's counts go ahead of a client's last bytes),
+    after the publishes nats-py had buffered for its flusher: the subscriber gets them in the order published."""
+    assert isinstance(client, BoundedClient)
+    got: list[bytes] = []
+
+    async def append(msg: Msg) -> None:
+        got.append(msg.data)
+
+    sub = await client.subscribe("now.>", cb=append)
+    await client.flush()
+    await client.publish("now.queued", b"first")  # buffered for the flusher's next turn
+    assert client.pending_data_size > 0
+    assert client.publish_now("now.at-once", b"second")
+    assert client.pending_data_size == 0, "written, with what was buffered before it"
+    await eventually(lambda: len(got) == 2, timeout=5, message="both delivered")
+    assert got == [b"first", b"second"]
+    await sub.unsubscribe()
     await works(client)
