@@ -178,6 +178,7 @@ class Learner:
         """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
         self._subs = [await self._listen(f"{PLACEMENT_PREFIX}.>", self._placed), await self._listen(f"{INFLIGHT_PREFIX}.>", self._counted)]
         try:
+            await self.nc.flush()  # the server has the subscriptions before anything is read or counted on
             if warm_seconds > 0:
                 await self._warm(warm_seconds)
         except (nats.errors.Error, OSError, TimeoutError) as exc:
