@@ -272,25 +272,26 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
 def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, status: int, started: float, ended: float) -> RoutingRecord:
     settings, choice, prompt = routes.settings, trace.choice, trace.prompt
     blocks = prompt.hashed(settings) if prompt is not None else []
+    # positional, in the fields' order: msgspec takes keywords at about five times the cost, on every request
     return RoutingRecord(
-        at=time.time() - (ended - started),
-        model=model,
-        status=status,
-        member=member,
-        candidates=trace.candidates,
-        policy=settings.policy,
-        reason=choice.reason if choice is not None else "",
-        score=choice.score if choice is not None else 0.0,
-        prefix=choice.prefix if choice is not None else 0.0,
-        blocks=tuple(blocks),
-        block_chars=settings.block_chars,
-        session=prompt.session_key if prompt is not None else None,
-        key=key,
-        tokens_in=trace.tokens_in,
-        tokens_out=trace.tokens_out,
-        ttft=trace.first_at - started if trace.first_at else None,
-        elapsed=ended - started,
-        router=routes.records.router if routes.records is not None else "",
+        time.time() - (ended - started),  # at
+        model,
+        status,
+        member,
+        trace.candidates,
+        settings.policy,
+        choice.reason if choice is not None else "",
+        choice.score if choice is not None else 0.0,
+        choice.prefix if choice is not None else 0.0,
+        tuple(blocks),
+        settings.block_chars,
+        prompt.session_key if prompt is not None else None,
+        key,
+        trace.tokens_in,
+        trace.tokens_out,
+        trace.first_at - started if trace.first_at else None,  # ttft
+        ended - started,  # elapsed
+        routes.records.router if routes.records is not None else "",
     )
 
 

@@ -215,6 +215,8 @@ def block_hashes(text: str, block_chars: int, max_blocks: int) -> list[int]:
     whole prefix up to its block's end, the same in every process and every router replica (unlike `hash`), so
     the replicas' indexes and the routing records (records.py) name a prefix alike."""
     data = text.encode("utf-8", "surrogatepass")
+    if len(data) < block_chars:
+        return []  # no whole block
     end = min(len(data) // block_chars, max_blocks) * block_chars
     hashes: list[int] = []
     append, crc = hashes.append, zlib.crc32
@@ -420,21 +422,31 @@ def prompt_text(body: dict[str, Any]) -> str:
     Chat and Anthropic `messages` (with Anthropic's top-level `system`), a completion's `prompt`, a response's
     `instructions` and `input`; other bodies have none."""
     parts: list[str] = []
-    _text(body.get("system"), parts)
-    _text(body.get("instructions"), parts)
-    messages = body.get("messages")
+    get = body.get
+    for field_ in ("system", "instructions"):  # absent from most bodies: no call for them
+        content = get(field_)
+        if content is not None:
+            _text(content, parts)
+    messages = get("messages")
     if isinstance(messages, list):
+        append = parts.append
         for message in messages:
             if isinstance(message, dict):
                 role = message.get("role")
-                parts.append(role if isinstance(role, str) else "")
-                _text(message.get("content"), parts)
-    prompt = body.get("prompt")
+                append(role if isinstance(role, str) else "")
+                content = message.get("content")
+                if isinstance(content, str):
+                    append(content)
+                else:
+                    _text(content, parts)
+    prompt = get("prompt")
     if isinstance(prompt, str):
         parts.append(prompt)
     elif isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         parts.append(prompt[0])
-    _text(body.get("input"), parts)
+    given = get("input")
+    if given is not None:
+        _text(given, parts)
     return "\n".join(parts)
 
 

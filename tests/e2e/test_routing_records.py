@@ -9,6 +9,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -104,6 +105,8 @@ async def test_each_routed_request_leaves_a_record_with_its_reasons_and_nothing_
     assert first.key == "team-a" and first.router == "router-0" and first.blocks and first.block_chars == 64
     assert first.session is not None and first.session == turns[0].session and plain.session is None
     assert first.ttft is not None and first.elapsed >= first.ttft and plain.ttft is None
+    assert turns[0].score == 0.0 and turns[0].prefix > 0.5, "a session's turn: no score, most of its prompt already sent there"
+    assert abs(first.at - time.time()) < 300 and first.at < plain.at
     assert first.blocks[:3] == turns[0].blocks[:3], "the same system prompt: the same leading block hashes"
     for never in (secret, "careful assistant", "conversation-7f3a", "question"):
         assert never.encode() not in raw, never
