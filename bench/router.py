@@ -125,10 +125,12 @@ def export_tree(ref: str, into: Path) -> str:
     return commit.stdout.strip()
 
 
-def start_jetway(tree: Path, data: Path, upstream_port: int, processes: list[subprocess.Popen[bytes]]) -> tuple[int, int]:
+def start_jetway(
+    tree: Path, data: Path, upstream_port: int, processes: list[subprocess.Popen[bytes]], env: dict[str, str] | None = None
+) -> tuple[int, int]:
     """`jetway up` of the tree at `tree`, pinned to core 0, with one member on the fast upstream; its router's port once it
     serves the member, and its process id. Run as `python -m cli.main` from `tree`, so that tree's modules are the ones
-    imported."""
+    imported; `env` adds settings (JETWAY_ROUTER_*)."""
     api_port, router_port = free_port(), free_port()
     command = [
         sys.executable,
@@ -142,8 +144,8 @@ def start_jetway(tree: Path, data: Path, upstream_port: int, processes: list[sub
         "--router-port",
         str(router_port),
     ]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    process = subprocess.Popen(pinned(0, command), cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    environment = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
+    process = subprocess.Popen(pinned(0, command), cwd=tree, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     processes.append(process)
     wait_http(f"http://127.0.0.1:{api_port}/healthz")
     token = json.loads((data / "jetway.json").read_text())["token"]
