@@ -18,8 +18,10 @@ INFLIGHT_PREFIX = "jetway.inflight"  # a replica's requests in flight per member
 PLACEMENT_PREFIX = "jetway.placement"  # one decision, told to the other replicas at once: jetway.placement.<replica token>
 
 
-class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
-    """One routed request, as the router decided and saw it."""
+class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, array_like=True, gc=False):
+    """One routed request, as the router decided and saw it. Stored as a MessagePack array in the fields' order
+    (new fields go last, with defaults; never reordered): a third of the bytes of JSON objects, encoded in a third of
+    the time, on every request. Not tracked by the garbage collector: it holds no other object that could cycle."""
 
     at: float  # when the request arrived (seconds since the epoch)
     model: str
@@ -69,10 +71,30 @@ class InFlight(msgspec.Struct, frozen=True, array_like=True):
     ended: tuple[int, ...] = ()
 
 
-BATCH = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(list[RoutingRecord])
+BATCH = msgspec.msgpack.Encoder()  # a batch: a MessagePack array of records
+_DECODER = msgspec.msgpack.Decoder(list[RoutingRecord])
+_JSON_DECODER = msgspec.json.Decoder(list[dict[str, object]])
 
 
 def decode_batch(payload: bytes) -> list[RoutingRecord]:
-    """A stored batch's records; msgspec.DecodeError for a payload that is not one."""
-    return _DECODER.decode(payload)
+    """A stored batch's records; msgspec.DecodeError for a payload that is not one. Batches stored before 2026-12-06
+    are JSON arrays of objects (they start with `[`, never a MessagePack array's first byte), still read."""
+    if payload[:1] != b"[":
+        return _DECODER.decode(payload)
+    try:
+        return [msgspec.convert(fields, RoutingRecord, from_attributes=False) for fields in _legacy(payload)]
+    except msgspec.ValidationError as exc:
+        raise msgspec.DecodeError(str(exc)) from exc
+
+
+def _legacy(payload: bytes) -> list[list[object]]:
+    """JSON objects as the arrays a record is now (the fields in order, defaults where absent)."""
+    names = RoutingRecord.__struct_fields__
+    defaults = dict(zip(names[len(names) - len(RoutingRecord.__struct_defaults__) :], RoutingRecord.__struct_defaults__, strict=True))
+    return [[fields.get(name, defaults.get(name)) for name in names] for fields in _JSON_DECODER.decode(payload)]
+
+
+def mentions(payload: bytes, model: str) -> bool:
+    """Whether a stored batch may hold a record of `model` (its name as the batch writes it), without decoding it."""
+    encoded = msgspec.json.encode(model) if payload[:1] == b"[" else msgspec.msgpack.encode(model)
+    return encoded in payload

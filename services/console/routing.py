@@ -29,7 +29,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
-from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord, decode_batch
+from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord, decode_batch, mentions
 from runtime.reader import OrderedReader
 
 DEFAULT_LIMIT = 50
@@ -73,15 +73,9 @@ def windows(first_seq: int, last_seq: int, *, first: int = FIRST_WINDOW, most: i
         end, width = start - 1, width * 2
 
 
-def mentions(payload: bytes, model: str) -> bool:
-    """Whether a batch may hold a record of `model` (its name as msgspec writes it): most batches are skipped
-    without decoding them."""
-    return b'"model":' + msgspec.json.encode(model) in payload
-
-
 def of_model(seq: int, payload: bytes, model: str) -> list[Found]:
     """The records of `model` in one stored batch; none for a payload that is no batch."""
-    if not mentions(payload, model):
+    if not mentions(payload, model):  # most batches are skipped without decoding them
         return []
     try:
         records = decode_batch(payload)

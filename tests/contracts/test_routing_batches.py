@@ -1,0 +1,54 @@
+"""Routing records' batches as stored (contracts/routing.py): MessagePack arrays now, JSON objects before, both read."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from contracts.routing import BATCH, RoutingRecord, decode_batch, mentions
+
+RECORD = RoutingRecord(
+    at=1_764_979_200.5,
+    model="qwen",
+    status=200,
+    member="gpu-a",
+    candidates=("gpu-a", "gpu-b"),
+    policy="prefix-cache",
+    reason="prefix",
+    score=1.25,
+    prefix=0.75,
+    blocks=(3_000_000_001, 42),
+    block_chars=64,
+    session=2**63 + 5,
+    key="team-a",
+    tokens_in=120,
+    tokens_out=16,
+    ttft=0.08,
+    elapsed=0.4,
+    router="router-0",
+)
+
+
+def test_a_batch_is_read_back_as_written_and_smaller_than_json_objects() -> None:
+    refused = RoutingRecord(at=1.0, model="qwen", status=503, router="router-1")
+    payload = BATCH.encode([RECORD, refused])
+    assert decode_batch(payload) == [RECORD, refused]
+    as_objects = msgspec.json.encode([msgspec.structs.asdict(RECORD), msgspec.structs.asdict(refused)])
+    assert len(payload) < len(as_objects) / 2
+
+
+def test_a_batch_stored_as_json_objects_is_still_read_with_its_absent_fields_defaulted() -> None:
+    payload = b'[{"at": 1.0, "model": "qwen", "status": 200, "member": "gpu-a", "blocks": [7, 8], "session": 9, "newer": 1}]'
+    (record,) = decode_batch(payload)
+    assert (record.member, record.blocks, record.session, record.router, record.ttft) == ("gpu-a", (7, 8), 9, "", None)
+
+
+@pytest.mark.parametrize("payload", [b"not a batch", b"[1, 2]", b'[{"model": "qwen"}]', b"\x92\x01\x02"])
+def test_what_is_no_batch_is_a_decode_error(payload: bytes) -> None:
+    with pytest.raises(msgspec.DecodeError):
+        decode_batch(payload)
+
+
+def test_a_batch_mentions_the_models_of_its_records_in_either_form() -> None:
+    for payload in (BATCH.encode([RECORD]), msgspec.json.encode([msgspec.structs.asdict(RECORD)])):
+        assert mentions(payload, "qwen") and not mentions(payload, "llama")
