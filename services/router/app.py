@@ -336,7 +336,7 @@ async def _dispatch(
     settings = routes.settings
     asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), always=trace is not None)
     if trace is not None:
-        trace.prompt, trace.candidates = asked, tuple(m.name for m in fitting)
+        trace.prompt, trace.candidates = asked, tuple([m.name for m in fitting])
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
     for attempt in range(2):
@@ -350,7 +350,7 @@ async def _dispatch(
         member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked, ended)
         routes.recorder.chose(settings.policy, choice.reason)
         turn = None
-        if learner is not None:  # the other replicas learn where it went (services/router/learn.py)
+        if learner is not None and learner.peers:  # the other replicas learn where it went (services/router/learn.py)
             turn = await learner.tell(model, member.name, asked.hashes, asked.session_key)
         if trace is not None:
             trace.choice = choice

@@ -133,6 +133,12 @@ class Learner:
         # a conversation → its last turn's member, the replica that counts it, when told
         self._turns: OrderedDict[int, tuple[Key, str, float]] = OrderedDict()
 
+    @property
+    def peers(self) -> bool:
+        """Whether another replica has said anything (recently or not: `has_peers` forgets the silent): cheap, for the
+        hot path to skip telling while a router is alone."""
+        return bool(self._peers)
+
     def has_peers(self) -> bool:
         """Whether another replica said anything in the last PEER_SECONDS (then decisions are told)."""
         if not self._peers:
