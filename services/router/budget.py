@@ -41,6 +41,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
+from runtime.bus import more_copies, with_copies
 from services.router.keys import ADMITTED, SLOTS, ClientKey, KeyRing, Limiter, Verdict, over_limit
 
 log = logging.getLogger("jetway.router.budget")
@@ -259,12 +260,23 @@ class SharedLimiter:
         if self._kv is None:
             try:
                 self._kv = await self.js.key_value(BUCKET)
+                await more_copies(self.js, f"KV_{BUCKET}", f"bucket {BUCKET}")  # made on a cluster still forming
             except (nats.js.errors.NotFoundError, nats.js.errors.BucketNotFoundError):
-                config = api.KeyValueConfig(
-                    bucket=BUCKET, description="client keys' rpm and tpm across router replicas", history=1, ttl=2 * SLOTS, direct=True
-                )
-                try:
-                    self._kv = await self.js.create_key_value(config)
+                js = self.js
+
+                async def create(replicas: int) -> KeyValue:
+                    config = api.KeyValueConfig(
+                        bucket=BUCKET,
+                        description="client keys' rpm and tpm across router replicas",
+                        history=1,
+                        ttl=2 * SLOTS,
+                        direct=True,
+                        replicas=replicas,
+                    )
+                    return await js.create_key_value(config)
+
+                try:  # three copies where the cluster can place them, as the leases' bucket: a ledger outlives a server
+                    self._kv = await with_copies(create, f"bucket {BUCKET}", deadline=asyncio.get_running_loop().time() + 30)
                 except nats.js.errors.APIError as exc:
                     if exc.err_code != 10058:  # made meanwhile by another replica
                         raise

@@ -13,6 +13,7 @@ import pytest
 from nats.js.api import KeyValueConfig, ObjectStoreConfig
 
 from contracts.events import ResourceApplied
+from contracts.routing import ROUTING_STREAM
 from contracts.subjects import Key, kind_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, connect, ensure_streams
 from runtime.eventstore import EventStore
@@ -21,6 +22,9 @@ from runtime.leases import STREAM as LEASES_STREAM
 from runtime.natsserver import NatsCluster, free_port
 from runtime.service import Runner, RunnerSettings
 from runtime.snapshots import SnapshotSettings, SnapshotStore
+from services.router import records as router_records
+from services.router.budget import BUCKET as BUDGETS
+from services.router.budget import SharedLimiter
 from testbed.waiting import eventually
 from tests.support.ack_service import AckService
 from tests.support.nats import NatsEndpoint, nats_cluster
@@ -35,7 +39,7 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
         yield running
 
 
-async def test_the_streams_the_lease_bucket_and_the_snapshots_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
+async def test_the_streams_the_buckets_and_the_snapshots_keep_three_copies_on_a_three_node_cluster(cluster: NatsCluster) -> None:
     """...from a fresh cluster's first start (its peers may still be joining), and one made with a single copy (a
     cluster still forming, or smaller then) is raised to three by the next service to start. One cluster for all:
     each costs seconds to form. (The first real node found the snapshot stores at one copy: tests/node.)"""
@@ -72,6 +76,16 @@ async def test_the_streams_the_lease_bucket_and_the_snapshots_keep_three_copies_
         await SnapshotStore(js, "selector").put(b"state")  # the next start's store
         assert (await js.stream_info(snapshots.stream)).config.num_replicas == 3
         assert await SnapshotStore(js, "selector").get() == b"state"
+
+        # the router's: its records' stream and its client keys' ledger
+        await router_records.ensure_stream(js, 3600.0, 1 << 20)
+        assert (await js.stream_info(ROUTING_STREAM)).config.num_replicas == 3
+        await SharedLimiter(js, "router-0")._bucket()
+        assert (await js.stream_info(f"KV_{BUDGETS}")).config.num_replicas == 3
+        await js.delete_key_value(BUDGETS)
+        await js.create_key_value(KeyValueConfig(bucket=BUDGETS, ttl=120.0, history=1, replicas=1, direct=True))
+        await SharedLimiter(js, "router-1")._bucket()  # the next replica to start
+        assert (await js.stream_info(f"KV_{BUDGETS}")).config.num_replicas == 3
     finally:
         await nc.close()
 
