@@ -307,7 +307,7 @@ async def ensure_streams(
     while True:
         try:
             for config in (settings.events(), settings.dead_letters()):
-                await _ensure_stream(js, config, auto_replicas=settings.replicas == 0, update=update, deadline=deadline)
+                await ensure_stream(js, config, auto_replicas=settings.replicas == 0, update=update, deadline=deadline)
             return
         except (TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError, BadRequestError) as exc:
             transient = not isinstance(exc, BadRequestError) or exc.err_code == STREAMS_UNAVAILABLE
@@ -381,7 +381,7 @@ async def patiently(call: Callable[[], Awaitable[T]], what: str, stopping: async
 
 async def more_copies(js: JetStreamContext, stream: str, what: str) -> None:
     """A bucket's stream made with one copy on a cluster gets three once the cluster can place them, as the
-    event streams do (`_ensure_stream`); where it still cannot, it keeps one."""
+    event streams do (`ensure_stream`); where it still cannot, it keeps one."""
     info = await js.stream_info(stream)
     if not one_copy_on_a_cluster(info):
         return
@@ -409,7 +409,9 @@ async def until_led(js: JetStreamContext, stream: str, timeout: float = LEADER_W
     log.warning("stream %s: no leader %.0f s after its copies changed; writes wait for one", stream, timeout)
 
 
-async def _ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, deadline: float, update: bool = True) -> None:
+async def ensure_stream(js: JetStreamContext, config: StreamConfig, *, auto_replicas: bool, deadline: float, update: bool = True) -> None:
+    """One stream, made when missing (with `auto_replicas`: three copies where the cluster can place them, waiting
+    until `deadline` for a forming one); an existing one is brought to `config` with `update`, else left as it is."""
     try:
         info = await js.stream_info(str(config.name))
     except NotFoundError:

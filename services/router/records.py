@@ -18,11 +18,10 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import APIError, NotFoundError
 
 from contracts.routing import BATCH, ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord
 from contracts.subjects import encode_token
-from runtime.bus import with_copies
+from runtime import bus
 
 log = logging.getLogger("jetway.router.records")
 
@@ -49,20 +48,8 @@ def stream_config(max_age: float, max_bytes: int, replicas: int) -> StreamConfig
 async def ensure_stream(js: JetStreamContext, max_age: float, max_bytes: int) -> None:
     """The records' stream, made on first use (three copies where the cluster can place them). An existing one
     keeps its limits: an operator changes them on the stream (`nats stream edit`) or by recreating it."""
-    try:
-        await js.stream_info(ROUTING_STREAM)
-        return
-    except NotFoundError:
-        pass
-
-    async def create(replicas: int) -> None:
-        await js.add_stream(stream_config(max_age, max_bytes, replicas))
-
-    try:
-        await with_copies(create, f"stream {ROUTING_STREAM}", deadline=asyncio.get_running_loop().time() + 30)
-    except APIError as exc:
-        if exc.err_code != 10058:  # made meanwhile by another replica
-            raise
+    config = stream_config(max_age, max_bytes, 1)
+    await bus.ensure_stream(js, config, auto_replicas=True, deadline=asyncio.get_running_loop().time() + 30, update=False)
 
 
 class Records:
