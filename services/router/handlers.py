@@ -103,11 +103,8 @@ class RouterService(Service):
     def fold(self, envelope: Envelope) -> None:
         self.members.fold(envelope)
         member = self.members.items.get(envelope.key)
-        holds = self.holds
-        if member is not None and holds is not None and holds.queues:
-            holds.wake(member.declared)  # its health (or a new spec) may make it ready for a held request
-        if member is not None and self.fair is not None:
-            self.fair.wake(member.declared)  # and give a queued request a slot on it
+        if member is not None:
+            self._wake(member)  # its health (or a new spec) may make it ready
         if member is None:
             self.prober.forget(envelope.key)
         elif envelope.facet == SPEC and self.runner is not None and self.runner.ready.is_set() and not self.owns(envelope.key):
@@ -115,6 +112,15 @@ class RouterService(Service):
             task = asyncio.get_running_loop().create_task(self._follow(member))
             self._probing.add(task)
             task.add_done_callback(self._probing.discard)
+
+    def _wake(self, member: Member) -> None:
+        """A member that may have become ready: the requests held for its models (hold.py) and those queued for a slot
+        (fair.py) are looked at again."""
+        holds = self.holds
+        if holds is not None and holds.queues:
+            holds.wake(member.declared)
+        if self.fair is not None:
+            self.fair.wake(member.declared)
 
     def projection(self) -> Members:
         return self.members
@@ -134,11 +140,7 @@ class RouterService(Service):
         traffic.load = outcome.load
         if outcome.models is not None:
             traffic.failed = False
-            holds = self.holds
-            if holds is not None and holds.queues:
-                holds.wake(member.declared)  # a cleared failure mark, with its health unchanged, records nothing
-            if self.fair is not None:
-                self.fair.wake(member.declared)
+            self._wake(member)  # a cleared failure mark, with its health unchanged, records nothing
         if not effects.runner.owns(key):
             return  # another replica records this member's health; this probe only cleared our own mark
         decision = carried(decide.health(member, outcome, transport), member.health)
