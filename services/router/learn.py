@@ -16,10 +16,11 @@ conversation's latest turn (`Placement.turn`: its session, else the last block h
 turn's prompt holds) until their counts say it ended (`InFlight.ended`); the next turn it takes meanwhile counts one
 request fewer there (`previous`, `policy.pick`'s `ended`).
 
-Load is shared too: ten times a second (once a second when nothing changed), a replica says how many requests it
-has in flight to each member (`InFlight`, core NATS, not stored). Each replica adds the others' latest counts to its own
-(`Traffic.others`), so the load terms of the policies and the load bound see the whole deployment's traffic,
-at most a tenth of a second old; a replica silent for a second (killed) counts for nothing.
+Load is shared too: ten times a second while it has requests in flight (once a second when it has none), and at
+once when a request ends, a replica says how many requests it has in flight to each member (`InFlight`, core NATS,
+not stored). Each replica adds the others' latest counts to its own (`Traffic.others`), so the load terms of the
+policies and the load bound see the whole deployment's traffic, at most a tenth of a second old; a replica silent for
+half a second (killed) counts for nothing.
 
 `learn` and `others` are the folds (no I/O); `Learner` is the subscriptions, the telling and the start-up read.
 """
@@ -173,7 +174,7 @@ class Learner:
     async def tell(self, model: str, member: str, blocks: list[int] | None, session: int | None) -> int | None:
         """A decision, to the other replicas (when there are any): where this prompt and session went. Its turn (to be
         said with the counts when the request ends), None when nothing was told."""
-        if not self._peers or not self.has_peers():
+        if not self.has_peers():
             return None
         placement = Placement(model, member, tuple(blocks or ()), self.settings.block_chars, session)
         with contextlib.suppress(nats.errors.Error, OSError):  # a lost placement costs a cache hit elsewhere, never a request
