@@ -19,8 +19,9 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.errors import BadSubjectError
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamInfo
-from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
+from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig, StreamInfo
+from nats.js.errors import APIError, BadRequestError, BucketNotFoundError, NotFoundError, ServiceUnavailableError
+from nats.js.kv import KeyValue
 from nats.protocol.command import pub_cmd
 
 from contracts.natsauth import inbox_prefix
@@ -377,6 +378,30 @@ async def patiently(call: Callable[[], Awaitable[T]], what: str, stopping: async
                 async with asyncio.timeout(delay):
                     await stopping.wait()
             delay = min(delay * 2, 10.0)
+
+
+async def key_value(js: JetStreamContext, config: KeyValueConfig, *, deadline: float) -> KeyValue:
+    """The bucket `config` names: an existing one as it is (its stream raised to three copies where it was made with
+    one on a cluster: `more_copies`), else made with `config` and three copies where the cluster can place them
+    (`with_copies`, until `deadline`); one another replica made meanwhile is taken as it is."""
+    try:
+        found = await js.key_value(config.bucket)
+    except (NotFoundError, BucketNotFoundError):
+        pass
+    else:
+        await more_copies(js, f"KV_{config.bucket}", f"bucket {config.bucket}")
+        return found
+
+    async def create(replicas: int) -> KeyValue:
+        config.replicas = replicas
+        return await js.create_key_value(config)
+
+    try:
+        return await with_copies(create, f"bucket {config.bucket}", deadline=deadline)
+    except APIError as exc:
+        if exc.err_code == 10058:  # made meanwhile by another replica
+            return await js.key_value(config.bucket)
+        raise
 
 
 async def more_copies(js: JetStreamContext, stream: str, what: str) -> None:

@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 
 import nats.errors
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
 from runtime import metrics, settings
-from runtime.bus import more_copies, with_copies
+from runtime.bus import key_value
 
 log = logging.getLogger("jetway.leases")
 
@@ -138,26 +138,8 @@ def balanced(view: View, me: str, held: set[str], partitions: tuple[str, ...]) -
 async def bucket(js: JetStreamContext, ttl: float) -> KeyValue:
     """The lease bucket, made on first use with `ttl` as its max_age (three copies where the cluster can place
     them). An existing bucket keeps the TTL it was made with: every replica reads it from there."""
-    try:
-        found = await js.key_value(BUCKET)
-    except (NotFoundError, nats.js.errors.BucketNotFoundError):
-        pass
-    else:
-        await more_copies(js, STREAM, f"bucket {BUCKET}")
-        return found
-
-    async def create(replicas: int) -> KeyValue:
-        config = api.KeyValueConfig(
-            bucket=BUCKET, description="which replica holds which partition", ttl=ttl, history=1, replicas=replicas, direct=True
-        )
-        return await js.create_key_value(config)
-
-    try:
-        return await with_copies(create, f"bucket {BUCKET}", deadline=asyncio.get_running_loop().time() + BUCKET_PLACEMENT_WAIT)
-    except APIError as exc:
-        if exc.err_code == 10058:  # made meanwhile by another replica
-            return await js.key_value(BUCKET)
-        raise
+    config = api.KeyValueConfig(bucket=BUCKET, description="which replica holds which partition", ttl=ttl, history=1, direct=True)
+    return await key_value(js, config, deadline=asyncio.get_running_loop().time() + BUCKET_PLACEMENT_WAIT)
 
 
 class Leases:

@@ -41,7 +41,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
-from runtime.bus import more_copies, with_copies
+from runtime.bus import key_value
 from services.router.keys import ADMITTED, SLOTS, ClientKey, KeyRing, Limiter, Verdict, over_limit
 
 log = logging.getLogger("jetway.router.budget")
@@ -257,30 +257,11 @@ class SharedLimiter:
             self.degraded = False
 
     async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            try:
-                self._kv = await self.js.key_value(BUCKET)
-                await more_copies(self.js, f"KV_{BUCKET}", f"bucket {BUCKET}")  # made on a cluster still forming
-            except (nats.js.errors.NotFoundError, nats.js.errors.BucketNotFoundError):
-                js = self.js
-
-                async def create(replicas: int) -> KeyValue:
-                    config = api.KeyValueConfig(
-                        bucket=BUCKET,
-                        description="client keys' rpm and tpm across router replicas",
-                        history=1,
-                        ttl=2 * SLOTS,
-                        direct=True,
-                        replicas=replicas,
-                    )
-                    return await js.create_key_value(config)
-
-                try:  # three copies where the cluster can place them, as the leases' bucket: a ledger outlives a server
-                    self._kv = await with_copies(create, f"bucket {BUCKET}", deadline=asyncio.get_running_loop().time() + 30)
-                except nats.js.errors.APIError as exc:
-                    if exc.err_code != 10058:  # made meanwhile by another replica
-                        raise
-                    self._kv = await self.js.key_value(BUCKET)
+        if self._kv is None:  # three copies where the cluster can place them, as the leases' bucket: a ledger outlives a server
+            config = api.KeyValueConfig(
+                bucket=BUCKET, description="client keys' rpm and tpm across router replicas", history=1, ttl=2 * SLOTS, direct=True
+            )
+            self._kv = await key_value(self.js, config, deadline=asyncio.get_running_loop().time() + 30)
         return self._kv
 
     async def _report(self, key: ClientKey, budget: _Budget, second: int, want: int) -> int:
