@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 import aiohttp
 from nats.aio.client import Client
 
+from bench.router import stop_all
 from contracts.events import Envelope, ResourceApplied, decode
 from contracts.pipeline import WorkloadRendered
 from contracts.subjects import ALL_PARTITIONS, WORKLOAD, Key, kind_filter
@@ -80,16 +80,7 @@ def replicas(url: str, count: int, ttl: float, logs: Path) -> Iterator[dict[str,
                 running[name].append(Process(popen, int(env["JETWAY_HEALTH_PORT"]), path))
         yield running
     finally:
-        everyone = [p.popen for processes in running.values() for p in processes]
-        for popen in everyone:
-            if popen.poll() is None:
-                popen.send_signal(signal.SIGTERM)
-        for popen in everyone:
-            try:
-                popen.wait(30)
-            except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait(10)
+        stop_all([p.popen for processes in running.values() for p in processes], timeout=30)
 
 
 async def ready(processes: dict[str, list[Process]], timeout: float = 120.0) -> None:

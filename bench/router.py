@@ -83,6 +83,19 @@ def stolen_ms(core: int = 0) -> float:
     return 0.0
 
 
+def stop_all(processes: list[subprocess.Popen[bytes]], timeout: float = 15.0) -> None:
+    """SIGTERM to every process still running, then each waited for `timeout` seconds, killed if it has not stopped."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
 def wrk(url: str, script: Path, connections: int, seconds: int) -> dict[str, float]:
     out = subprocess.run(
         pinned(1, ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]),
@@ -284,13 +297,7 @@ def main(seconds: int, connections: int, litellm: str | None, rounds: int = 1, b
             print("litellm: not installed (python3 -m venv .bench-venv && .bench-venv/bin/pip install 'litellm[proxy]')")
         return result
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.router import BODY, ROOT, lua, measure, pinned, start_jetway, wait_http
+from bench.router import BODY, ROOT, lua, measure, pinned, start_jetway, stop_all, wait_http
 from runtime.natsserver import free_port
 
 # name: the settings that differ from the default (the first is the default itself, the baseline of the ratios)
@@ -74,13 +73,7 @@ def main(seconds: int, rounds: int, connections: int) -> dict[str, Any]:
             )
         return {"seconds": seconds, "connections": connections, "variants": VARIANTS, "rows": rows}
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
         shutil.rmtree(work, ignore_errors=True)
 
 
