@@ -69,6 +69,8 @@ async def test_the_deployment_page_follows_its_phase_conditions_and_objects(page
     await expect(validated.nth(2)).to_have_text("ValidationPassed")
     await expect(page.locator('[data-fact="Generation"]')).to_have_text("2 (observed 2)", timeout=TIMEOUT)
     await expect(page.locator('[data-fact="Provider"]')).not_to_have_text("auto", timeout=TIMEOUT)
+    routing = page.locator('[data-fact="Routing"] a')  # the model's routing decisions, by the name the router knows it by
+    await expect(routing).to_have_attribute("href", f"#/routing/{MD['spec']['model']['id'].replace('/', '%2F')}")
     await expect(rendered).to_contain_text("# recorded by the workload service", timeout=TIMEOUT)
 
     # and its deletion

@@ -21,6 +21,17 @@ function endpointOf(status) {
   return "—";
 }
 
+// The name the router knows the deployment's model by (as the gateway and binding services derive it): where its
+// routing decisions are listed (#/routing/NAME).
+function routedName(item) {
+  return item.status?.gateway?.modelName || item.spec?.model?.servedName || item.spec?.model?.id || item.metadata.name;
+}
+
+function routingLink(item) {
+  const name = routedName(item);
+  return h("a", { href: `#/routing/${enc(name)}`, title: `Routing decisions for ${name}` }, `Decisions for ${name}`);
+}
+
 function cells(item) {
   const spec = item.spec || {};
   const status = item.status || {};
@@ -217,6 +228,7 @@ export async function detail(main, namespace, name) {
         ["Provider", status.provider?.name || item.spec?.provider?.name || "auto"],
         ["Engine", status.engine?.type || item.spec?.engine?.type || "auto"],
         ["Endpoint", endpointOf(status)],
+        ["Routing", routingLink(item)],
         ["Storage", volumesOf(item.spec)],
         ["Generation", `${item.metadata.generation} (observed ${item.metadata.observed_generation ?? "—"})`],
         ["Message", status.message || "—"],
