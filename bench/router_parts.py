@@ -1,13 +1,14 @@
 """What each part of the router costs, in one run: the same tree's `jetway up` with a part on and off.
 
-    .venv/bin/python -m bench.router_parts [--seconds 4] [--rounds 3] [--connections 50] [--json FILE]
+    .venv/bin/python -m bench.router_parts [--seconds 4] [--rounds 3] [--connections 50] [--baseline-ref REF] [--json FILE]
 
 Layout (2 cores), as bench/router.py: every variant's `jetway up` pinned to core 0, all started before the first
 measurement, one member each on the fast upstream (bench/fast_upstream.py); the upstream and wrk on core 1. Per
 round, every variant in turn (the order rotates each round, so a drifting machine moves all alike): wrk with
 `--connections` connections on plain chat completions, and the router process's CPU time per request from /proc,
 which the rest of the machine disturbs less than req/s. Printed: per variant, the median over the rounds of its
-CPU per request and req/s, and both over the first variant's (everything on, the default).
+CPU per request and req/s, and both over the first variant's (everything on, the default). `--baseline-ref` adds
+the default of another commit's tree (exported with git archive, as bench/router.py does), measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.router import BODY, ROOT, lua, measure, pinned, start_jetway, stop_all, wait_http
+from bench.router import BODY, ROOT, export_tree, lua, measure, pinned, start_jetway, stop_all, wait_http
 from runtime.natsserver import free_port
 
 # name: the settings that differ from the default (the first is the default itself, the baseline of the ratios)
@@ -33,7 +34,7 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-def main(seconds: int, rounds: int, connections: int) -> dict[str, Any]:
+def main(seconds: int, rounds: int, connections: int, baseline_ref: str | None = None) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install wrk")
     work = Path(tempfile.mkdtemp(prefix="jetway-parts-bench-"))
@@ -43,8 +44,12 @@ def main(seconds: int, rounds: int, connections: int) -> dict[str, Any]:
         processes.append(subprocess.Popen(pinned(1, [sys.executable, "-m", "bench.fast_upstream", "--port", str(upstream_port)]), cwd=ROOT))
         wait_http(f"http://127.0.0.1:{upstream_port}/v1/models")
         targets = {}
-        for i, (name, env) in enumerate(VARIANTS.items()):
-            port, pid = start_jetway(ROOT, work / f"jetway-{i}", upstream_port, processes, env)
+        trees = [(name, ROOT, env) for name, env in VARIANTS.items()]
+        if baseline_ref:
+            commit = export_tree(baseline_ref, work / "baseline")
+            trees.append((f"default at {commit}", work / "baseline", {}))
+        for i, (name, tree, env) in enumerate(trees):
+            port, pid = start_jetway(tree, work / f"jetway-{i}", upstream_port, processes, env)
             targets[name] = (f"http://127.0.0.1:{port}/v1/chat/completions", pid)
         script = lua(work / "plain.lua", BODY, {})
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
@@ -71,7 +76,7 @@ def main(seconds: int, rounds: int, connections: int) -> dict[str, Any]:
             print(
                 f"{name:<24}{row['cpu_us_per_request']:>11.1f}{row['cpu_ratio']:>10.3f}{row['rps']:>9,.0f}{row['rps_ratio']:>10.3f}{row['errors']:>8}"
             )
-        return {"seconds": seconds, "connections": connections, "variants": VARIANTS, "rows": rows}
+        return {"seconds": seconds, "connections": connections, "variants": VARIANTS, "baseline_ref": baseline_ref, "rows": rows}
     finally:
         stop_all(processes)
         shutil.rmtree(work, ignore_errors=True)
@@ -82,8 +87,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--baseline-ref", help="also measure this commit's default (git archive of it)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    found = main(args.seconds, args.rounds, args.connections)
+    found = main(args.seconds, args.rounds, args.connections, args.baseline_ref)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n")
