@@ -116,7 +116,6 @@ async def test_a_decision_counts_for_each_silent_peer_until_it_is_heard_from(nat
         assert one.members.traffic_of(a).others == 1, "two, not heard from since, is taken to have sent one to a too"
         assert two.members.traffic_of(a).others == 0, "a replica's guesses are its own"
 
-
         # two's own decision arrives: it replaces one's guess (two sent its to b, not a)
         await two.tell("m", "b", turn("where is my parcel?").hashed(SETTINGS), None)
         await eventually(lambda: one.members.traffic_of(b).others == 1, timeout=5, message="one hears two's placement")
