@@ -9,7 +9,6 @@ members come from the event stream, their credentials from the mounted secret st
 from __future__ import annotations
 
 import asyncio
-import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -81,7 +80,6 @@ def build(
         holds=service.holds,
         records=Records(nc, name, routing, sample=record_sample) if record_sample > 0 else None,
     )
-    routes.memory.spread = zlib.crc32(name.encode())  # replicas order a home's overflow each its own way (policy.prefix_cache)
     members = service.members
     metrics.RECORDER.in_flight = lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())]
     metrics.RECORDER.held = service.holds.counts if service.holds is not None else list

@@ -314,25 +314,18 @@ def under_bound(views: Sequence[View], bound: float) -> list[int]:
     return [i for i, v in enumerate(views) if load_of(v) + 1 <= limit] or list(range(len(views)))
 
 
-def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: int, spread: int = 0) -> Choice:
+def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: int) -> Choice:
     """The best score among the unsaturated members under the load bound (a saturated member only when all are).
 
     Equal scores go to the first in order from `turn`; `choose` passes the prompt's home (`home`) there when the
-    prompt has a block, so a new prefix lands where its hash says, the same in every router replica. After the
-    first, the order goes on `spread` further (`Memory.spread`, each replica's own): when the home is past the load
-    bound, replicas that decide at once, before they hear of each other's placements, send the overflow to different
-    members rather than all to the same next one."""
+    prompt has a block, so a new prefix lands where its hash says, the same in every router replica."""
     open_ = [i for i, v in enumerate(views) if not v.saturated] or list(range(len(views)))
     eligible = [open_[j] for j in under_bound([views[i] for i in open_], settings.load_bound)]
     most = max(load_of(v) for v in views)  # the scale of the queue term: the most loaded member, eligible or not
     best: Choice | None = None
-    start = turn % len(eligible)
-    order = eligible[start:] + eligible[:start]  # from `turn`, so equal scores share in turn
-    if spread:
-        kept = 1 if order[0] == turn % len(views) else 0  # the prompt's home stays first; what follows, each replica's own
-        moved = spread % (len(order) - kept) if len(order) > kept else 0
-        order = order[:kept] + order[kept + moved :] + order[kept : kept + moved]
-    for i in order:
+    n = len(eligible)
+    for step in range(n):  # starting at `turn`, so equal scores share in turn
+        i = eligible[(turn + step) % n]
         view = views[i]
         prefix = view.matched / blocks if blocks else 0.0
         score = settings.prefix_weight * prefix - settings.queue_weight * load_of(view) / (most + 1) - settings.kv_weight * view.kv
@@ -342,14 +335,14 @@ def prefix_cache(views: Sequence[View], blocks: int, settings: Settings, turn: i
     return best
 
 
-def choose(settings: Settings, views: Sequence[View], blocks: int, turn: int, home: int | None = None, spread: int = 0) -> Choice:
+def choose(settings: Settings, views: Sequence[View], blocks: int, turn: int, home: int | None = None) -> Choice:
     """The member a request goes to, of `views` (not empty); `blocks` is the number of prompt blocks hashed, `home`
-    the prompt's stable hash (`home_of`) when it has one, `spread` the replica's own offset (`prefix_cache`)."""
+    the prompt's stable hash (`home_of`) when it has one."""
     if settings.policy == ROUND_ROBIN:
         return round_robin(views, turn)
     if settings.policy == LEAST_OUTSTANDING:
         return least_outstanding(views, turn)
-    return prefix_cache(views, blocks, settings, turn if home is None else home, spread)
+    return prefix_cache(views, blocks, settings, turn if home is None else home)
 
 
 def home_of(text: str, block_chars: int) -> int | None:
@@ -468,7 +461,6 @@ class Memory:
     index: PrefixIndex
     sessions: Sessions = field(default_factory=Sessions)
     turn: int = 0
-    spread: int = 0  # this replica's own order after a prompt's home (`prefix_cache`): a hash of its name
 
     @classmethod
     def of(cls, settings: Settings) -> Memory:
@@ -567,7 +559,7 @@ def decide(
         count = len(hashes)
         choice = Choice(index, "session", prefix=views[index].matched / count if count else 0.0)
     else:
-        choice = choose(settings, views, len(hashes), memory.turn, home, memory.spread)
+        choice = choose(settings, views, len(hashes), memory.turn, home)
         memory.turn += 1
     if hashes:
         memory.index.record(hashes, keys[choice.index])

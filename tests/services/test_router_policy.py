@@ -213,15 +213,3 @@ def test_a_new_prefix_starts_at_its_stable_home() -> None:
     assert home is not None
     chosen = {policy.choose(SETTINGS, views, 5, turn, home).index for turn in range(8)}
     assert chosen == {home % 4}, "equal members: the prompt's home, whatever the turn"
-
-
-def test_replicas_send_a_homes_overflow_each_its_own_way_and_a_new_prefix_home_alike() -> None:
-    """Replicas deciding at once, before they hear of each other, all find the same home past the bound: with their
-    own `spread`, the overflow goes to different members instead of all to the one after the home."""
-    home = 0
-    busy = [policy.View(outstanding=3, matched=10)] + [policy.View(outstanding=0)] * 7  # the home, past the bound
-    overflow = {policy.choose(SETTINGS, busy, 10, 0, home, spread).index for spread in range(7)}
-    assert overflow == {1, 2, 3, 4, 5, 6, 7}, "each spread its own next member"
-    assert policy.choose(SETTINGS, busy, 10, 0, home).index == 1, "no spread: the one after the home, as before"
-    idle = [policy.View(outstanding=0)] * 8
-    assert {policy.choose(SETTINGS, idle, 10, 0, home, spread).index for spread in range(7)} == {home}, "a new prefix: its home"
