@@ -22,13 +22,6 @@ not stored). Each replica adds the others' latest counts to its own (`Traffic.ot
 policies and the load bound see the whole deployment's traffic, at most a tenth of a second old; a replica silent for
 half a second (killed) counts for nothing.
 
-Until a replica hears from a peer, it takes its own latest decisions for that peer's too (`MIRROR_SECONDS` at most):
-replicas behind one load balancer get alike traffic, and when many new conversations arrive at once, each decides its
-share before any peer's placement can reach it, all alike (a new prefix goes to its home in every replica). Counted
-once, the members they chose take three times what each replica thought; counted for every peer not heard from since,
-each replica spreads its share as one router would spread the whole. The peer's first placement or count after that
-replaces the guess with what it did.
-
 `learn` and `others` are the folds (no I/O); `Learner` is the subscriptions, the telling and the start-up read.
 """
 
@@ -37,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -69,7 +62,6 @@ INFLIGHT_STALE = 0.5  # a replica silent this long counts for nothing (killed): 
 # while it has any in flight, once a second when it has none
 TURNS = 65_536  # the other replicas' latest turns remembered (LRU): a conversation's next turn finds its own
 TURN_SECONDS = 600.0  # a turn older than this is no longer taken for one the others still count
-MIRROR_SECONDS = 0.02  # a decision is taken for each silent peer's too, until heard from, at most this long
 PEER_SECONDS = 30.0  # records are published every quarter second while a replica routes; silence this long: gone
 _ENCODE = msgspec.msgpack.Encoder().encode
 _DECODE = msgspec.msgpack.Decoder(Placement).decode
@@ -141,8 +133,6 @@ class Learner:
         self._last_at = 0.0
         # a conversation → its last turn's member, the replica that counts it, when told
         self._turns: OrderedDict[int, tuple[Key, str, float]] = OrderedDict()
-        # another replica → this replica's decisions taken for its too since it was last heard from (when, member name)
-        self._mirrored: dict[str, deque[tuple[float, str]]] = {}
 
     @property
     def peers(self) -> bool:
@@ -186,55 +176,10 @@ class Learner:
         said with the counts when the request ends), None when nothing was told."""
         if not self.has_peers():
             return None
-        self._mirror(model, member)
         placement = Placement(model, member, tuple(blocks or ()), self.settings.block_chars, session)
         with contextlib.suppress(nats.errors.Error, OSError):  # a lost placement costs a cache hit elsewhere, never a request
             await self.nc.publish(self.own_placements, _ENCODE(placement))
         return placement.turn
-
-    def _mirror(self, model: str, member: str) -> None:
-        """This decision, taken for every peer's too until it is heard from (MIRROR_SECONDS at most)."""
-        key = member_key(self.members, model, member)
-        if key is None:
-            return
-        now = asyncio.get_running_loop().time()
-        self._unmirror_older(now - MIRROR_SECONDS)
-        traffic = self.members.traffic_of(key)
-        for peer, (_, counts) in self._said.items():
-            counts[member] = counts.get(member, 0) + 1
-            traffic.others += 1
-            self._mirrored.setdefault(peer, deque()).append((now, member))
-
-    def _unmirror(self, peer: str) -> None:
-        """The guesses for `peer` taken back: it was heard from."""
-        mirrored = self._mirrored.pop(peer, None)
-        if mirrored:
-            self._take_back(peer, mirrored, len(mirrored))
-
-    def _unmirror_older(self, horizon: float) -> None:
-        for peer, mirrored in list(self._mirrored.items()):
-            old = 0
-            for at, _ in mirrored:
-                if at >= horizon:
-                    break
-                old += 1
-            if old:
-                self._take_back(peer, mirrored, old)
-                if not mirrored:
-                    del self._mirrored[peer]
-
-    def _take_back(self, peer: str, mirrored: deque[tuple[float, str]], count: int) -> None:
-        said = self._said.get(peer)
-        for _ in range(count):
-            _, member = mirrored.popleft()
-            if said is None:
-                continue
-            left = said[1].get(member, 0) - 1
-            if left > 0:
-                said[1][member] = left
-            else:
-                said[1].pop(member, None)
-        others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
 
     async def start(self, warm_seconds: float) -> None:
         """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
@@ -273,8 +218,6 @@ class Learner:
         self.learned += learn((placement,), self.members, self.memory, self.settings)
         # one more in flight there, until that replica's next count says otherwise (a tenth of a second at most)
         subject = INFLIGHT_PREFIX + subject.removeprefix(PLACEMENT_PREFIX)
-        if subject in self._mirrored:
-            self._unmirror(subject)  # what it did replaces what this replica guessed it did
         at, counts = self._said.get(subject, (asyncio.get_running_loop().time(), {}))
         counts[placement.member] = counts.get(placement.member, 0) + 1
         self._said[subject] = (at, counts)
@@ -296,7 +239,6 @@ class Learner:
             said = _DECODE_INFLIGHT(data)
         except msgspec.DecodeError:
             return
-        self._mirrored.pop(subject, None)  # its counts replace the guesses
         self._said[subject] = (asyncio.get_running_loop().time(), dict(said.members))
         for turn in said.ended:  # no longer in these counts: not to be counted out again
             self._turns.pop(turn, None)
@@ -308,7 +250,6 @@ class Learner:
         silent = [subject for subject, (at, _) in self._said.items() if at < horizon]
         for subject in silent:
             del self._said[subject]
-            self._mirrored.pop(subject, None)
         return bool(silent)
 
     def finished(self, turn: int | None) -> None:
@@ -339,7 +280,6 @@ class Learner:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(INFLIGHT_SECONDS):
                     await self._stopping.wait()
-            self._unmirror_older(loop.time() - MIRROR_SECONDS)
             if self._forget_silent():
                 others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
             # said once a second even alone (an empty count): a replica that starts finds its peers before it routes
