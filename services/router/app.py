@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from contracts.documents import DocumentError, load_json
+from contracts.routing import RoutingRecord
 from contracts.subjects import Key
 from services.router import echo, hold, policy
 from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_field, openai_error
@@ -41,7 +43,7 @@ from services.router.learn import Learner
 from services.router.metrics import RECORDER, Recorder
 from services.router.projection import Member, Members, Traffic
 from services.router.protocol import HttpConnection, Request
-from services.router.records import Records, Trace
+from services.router.records import Records
 from services.router.relay import Relay
 from services.router.signal import ClientTooSlow
 from services.router.upstream import BeforeResponse, Endpoint, UpstreamError, UpstreamPool
@@ -224,6 +226,19 @@ class InFlight:
                 self.learner.finished(self.turn)
 
 
+class Trace:
+    """What a recorded request's routing saw (contracts/routing.py), filled in by `_dispatch` as it goes."""
+
+    __slots__ = ("candidates", "choice", "first_at", "prompt", "tokens_in", "tokens_out")
+
+    def __init__(self) -> None:
+        self.candidates: tuple[str, ...] = ()
+        self.choice: policy.Choice | None = None
+        self.prompt: policy.Prompt | None = None
+        self.first_at = 0.0
+        self.tokens_in = self.tokens_out = 0
+
+
 async def infer(routes: Routes, client: HttpConnection, request: Request, api: Api) -> None:
     started = client.listener.loop.time()
     read = _read(api, request)
@@ -251,7 +266,33 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
             if routes.keys is not None:
                 routes.keys.spend(admission, tokens, client.listener.loop.time())
         if trace is not None and records is not None:
-            records.add(trace, model, member_name, admission.name, client.status, started, ended)
+            records.add(_record(routes, trace, model, member_name, admission.name, client.status, started, ended))
+
+
+def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, status: int, started: float, ended: float) -> RoutingRecord:
+    settings, choice, prompt = routes.settings, trace.choice, trace.prompt
+    blocks = prompt.hashed(settings) if prompt is not None else []
+    # positional, in the fields' order: msgspec takes keywords at about five times the cost, on every request
+    return RoutingRecord(
+        time.time() - (ended - started),  # at
+        model,
+        status,
+        member,
+        trace.candidates,
+        settings.policy,
+        choice.reason if choice is not None else "",
+        choice.score if choice is not None else 0.0,
+        choice.prefix if choice is not None else 0.0,
+        tuple(blocks),
+        settings.block_chars,
+        prompt.session_key if prompt is not None else None,
+        key,
+        trace.tokens_in,
+        trace.tokens_out,
+        trace.first_at - started if trace.first_at else None,  # ttft
+        ended - started,  # elapsed
+        routes.records.router if routes.records is not None else "",
+    )
 
 
 async def _dispatch(
@@ -295,7 +336,7 @@ async def _dispatch(
     settings = routes.settings
     asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), always=trace is not None)
     if trace is not None:
-        trace.prompt, trace.candidates = asked, fitting
+        trace.prompt, trace.candidates = asked, tuple([m.name for m in fitting])
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
     for attempt in range(2):

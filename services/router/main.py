@@ -58,7 +58,6 @@ def build(
     """The router and its prober. With `leases`, one of several replicas: each routes to every member and probes
     the members of the partitions it holds a lease on (handlers.py)."""
     pool = UpstreamPool(allow_link_local=allow_link_local)
-    routing = routing or policy.Settings()
     signals = SignalClient(nc)
     prober = Prober(pool=pool, secrets=secrets, signal=signals)
     name = replica or replica_id()
@@ -76,9 +75,9 @@ def build(
         on_failure=service.member_failed,
         signal=signals,
         pool=pool,
-        settings=routing,
+        settings=routing or policy.Settings(),
         holds=service.holds,
-        records=Records(nc, name, routing, sample=record_sample) if record_sample > 0 else None,
+        records=Records(nc, name, sample=record_sample) if record_sample > 0 else None,
     )
     members = service.members
     metrics.RECORDER.in_flight = lambda: [(key.name, t.outstanding) for key, t in list(members.traffic.items())]

@@ -55,7 +55,7 @@ async def recording(stack: Stack) -> AsyncIterator[Records]:
     made here as the router makes it."""
     nc = await connect(stack.nats_url, name="records")
     await router_records.ensure_stream(nc.jetstream(timeout=10), 3600.0, 64 * 1024 * 1024)
-    records = Records(nc, "replica-a", stack.router.routes.settings)
+    records = Records(nc, "replica-a")
     stack.router.routes.records = records
     publishing = asyncio.create_task(records.run())
     try:
