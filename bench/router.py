@@ -139,11 +139,19 @@ def export_tree(ref: str, into: Path) -> str:
 
 
 def start_jetway(
-    tree: Path, data: Path, upstream_port: int, processes: list[subprocess.Popen[bytes]], env: dict[str, str] | None = None
+    tree: Path,
+    data: Path,
+    upstream_port: int,
+    processes: list[subprocess.Popen[bytes]],
+    env: dict[str, str] | None = None,
+    *,
+    wrap: list[str] | None = None,
+    timeout: float = 120.0,
 ) -> tuple[int, int]:
     """`jetway up` of the tree at `tree`, pinned to core 0, with one member on the fast upstream; its router's port once it
     serves the member, and its process id. Run as `python -m cli.main` from `tree`, so that tree's modules are the ones
-    imported; `env` adds settings (JETWAY_ROUTER_*)."""
+    imported; `env` adds settings (JETWAY_ROUTER_*); `wrap` runs it under another command (valgrind, say), given
+    `timeout` seconds to serve."""
     api_port, router_port = free_port(), free_port()
     command = [
         sys.executable,
@@ -158,9 +166,14 @@ def start_jetway(
         str(router_port),
     ]
     environment = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
-    process = subprocess.Popen(pinned(0, command), cwd=tree, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        pinned(0, [*(wrap or []), *command]), cwd=tree, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     processes.append(process)
-    wait_http(f"http://127.0.0.1:{api_port}/healthz")
+    wait_http(f"http://127.0.0.1:{api_port}/healthz", timeout)
+    written = time.monotonic() + timeout
+    while not (data / "jetway.json").exists() and time.monotonic() < written:  # written beside the API's start
+        time.sleep(0.1)
     token = json.loads((data / "jetway.json").read_text())["token"]
     member = {
         "apiVersion": "airdress.co/v1alpha1",
@@ -175,13 +188,13 @@ def start_jetway(
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"http://127.0.0.1:{router_port}/v1/models") as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{router_port}/v1/models", timeout=timeout) as response:
             if json.loads(response.read())["data"]:
                 return router_port, process.pid
         time.sleep(0.1)
-    raise RuntimeError(f"the router of {tree} did not serve the member in 30 s")
+    raise RuntimeError(f"the router of {tree} did not serve the member in {timeout:.0f} s")
 
 
 def measure(url: str, script: Path, connections: int, seconds: int, pid: int | None = None) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""Instructions per request of the router's variants, counted by valgrind's callgrind: a figure that does not move
+with the machine, where CPU time per request on this VM moves by 15% between rounds (docs/router.md).
+
+    .venv/bin/python -m bench.router_instructions [--seconds 20] [--connections 10] [--baseline-ref REF] [--json FILE]
+
+Each variant (bench/router_parts.py's VARIANTS; with `--baseline-ref`, also that commit's default, exported with
+git archive) is a `jetway up` under `valgrind --tool=callgrind --instr-atstart=no`, one member on the fast upstream
+(bench/fast_upstream.py). Nothing is counted while it starts and warms up; then counting is switched on
+(`callgrind_control -i on`), wrk sends plain chat completions for `--seconds` with `--connections` connections,
+counting is switched off, and the process is stopped, which writes the count. Printed: per variant, the instructions
+counted over the requests answered, and that over the first variant's (the default). Work that runs by the clock
+(probes, timers) is counted too, per second, alike in every variant. Instructions are not time: a cache miss counts
+as one. They say what the code does, not what the machine makes of it. Valgrind slows the router about fifty-fold,
+so each variant takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.router import BODY, ROOT, export_tree, lua, pinned, start_jetway, stop_all, wait_http, wrk
+from bench.router_parts import VARIANTS
+from runtime.natsserver import free_port
+
+
+def counted(out_file: Path) -> int:
+    """The instructions (Ir) a callgrind output file totals (its `totals:` line; `summary:` says 0 when counting was
+    switched on and off by callgrind_control)."""
+    for line in out_file.read_text(errors="replace").splitlines():
+        found = re.match(r"totals:\s+(\d+)", line)
+        if found:
+            return int(found.group(1))
+    raise RuntimeError(f"{out_file} holds no totals")
+
+
+def measure(
+    tree: Path, data: Path, upstream_port: int, env: dict[str, str], out_file: Path, script: Path, seconds: int, connections: int
+) -> dict[str, Any]:
+    processes: list[subprocess.Popen[bytes]] = []
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_file}"]
+    try:
+        port, pid = start_jetway(tree, data, upstream_port, processes, env, wrap=valgrind, timeout=600)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wrk(url, script, 1, 5)  # warm up, not counted
+        subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+        load = wrk(url, script, connections, seconds)
+        subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    finally:
+        stop_all(processes, timeout=300)  # the count is written as the process exits
+    instructions = counted(out_file)
+    return {
+        "requests": int(load["requests"]),
+        "errors": int(load["errors"]),
+        "instructions": instructions,
+        "per_request": round(instructions / load["requests"]) if load["requests"] else 0,
+    }
+
+
+def main(seconds: int, connections: int, baseline_ref: str | None = None) -> dict[str, Any]:
+    for tool in ("wrk", "valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is needed: apt-get install wrk valgrind")
+    work = Path(tempfile.mkdtemp(prefix="jetway-instructions-bench-"))
+    upstream: list[subprocess.Popen[bytes]] = []
+    try:
+        upstream_port = free_port()
+        upstream.append(subprocess.Popen(pinned(1, [sys.executable, "-m", "bench.fast_upstream", "--port", str(upstream_port)]), cwd=ROOT))
+        wait_http(f"http://127.0.0.1:{upstream_port}/v1/models")
+        script = lua(work / "plain.lua", BODY, {})
+        trees = [(name, ROOT, env) for name, env in VARIANTS.items()]
+        if baseline_ref:
+            commit = export_tree(baseline_ref, work / "baseline")
+            trees.append((f"default at {commit}", work / "baseline", {}))
+        rows: dict[str, dict[str, Any]] = {}
+        for i, (name, tree, env) in enumerate(trees):
+            rows[name] = measure(tree, work / f"jetway-{i}", upstream_port, env, work / f"callgrind-{i}.out", script, seconds, connections)
+            print(f"{name}: {rows[name]['per_request']:,} instructions a request over {rows[name]['requests']:,} requests", flush=True)
+        base = next(iter(rows.values()))["per_request"]
+        print(f"\n{'variant':<24}{'instructions/req':>17}{'x default':>10}{'requests':>10}{'errors':>8}")
+        for name, row in rows.items():
+            row["ratio"] = round(row["per_request"] / base, 3) if base else 0.0
+            print(f"{name:<24}{row['per_request']:>17,}{row['ratio']:>10.3f}{row['requests']:>10,}{row['errors']:>8}")
+        return {"seconds": seconds, "connections": connections, "baseline_ref": baseline_ref, "rows": rows}
+    finally:
+        stop_all(upstream)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--connections", type=int, default=10)
+    parser.add_argument("--baseline-ref", help="also count this commit's default (git archive of it)")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    found = main(args.seconds, args.connections, args.baseline_ref)
+    if args.json:
+        Path(args.json).write_text(json.dumps(found, indent=2) + "\n")
