@@ -138,6 +138,14 @@ def export_tree(ref: str, into: Path) -> str:
     return commit.stdout.strip()
 
 
+def start_upstream(processes: list[subprocess.Popen[bytes]]) -> int:
+    """The fast upstream (bench/fast_upstream.py) pinned to core 1, beside wrk; its port once it answers."""
+    port = free_port()
+    processes.append(subprocess.Popen(pinned(1, [sys.executable, "-m", "bench.fast_upstream", "--port", str(port)]), cwd=ROOT))
+    wait_http(f"http://127.0.0.1:{port}/v1/models")
+    return port
+
+
 def start_jetway(
     tree: Path,
     data: Path,
@@ -232,9 +240,7 @@ def main(seconds: int, connections: int, litellm: str | None, rounds: int = 1, b
     work = Path(tempfile.mkdtemp(prefix="jetway-router-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        upstream_port = free_port()
-        processes.append(subprocess.Popen(pinned(1, [sys.executable, "-m", "bench.fast_upstream", "--port", str(upstream_port)]), cwd=ROOT))
-        wait_http(f"http://127.0.0.1:{upstream_port}/v1/models")
+        upstream_port = start_upstream(processes)
 
         targets: dict[str, tuple[str, dict[str, str]]] = {"direct": (f"http://127.0.0.1:{upstream_port}/v1/chat/completions", {})}
         router_port, pid = start_jetway(ROOT, work / "jetway", upstream_port, processes)

@@ -21,14 +21,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.router import BODY, ROOT, export_tree, lua, pinned, start_jetway, stop_all, wait_http, wrk
-from bench.router_parts import VARIANTS
-from runtime.natsserver import free_port
+from bench.router import BODY, lua, start_jetway, start_upstream, stop_all, wrk
+from bench.router_parts import variant_trees
 
 
 def counted(out_file: Path) -> int:
@@ -71,16 +69,10 @@ def main(seconds: int, connections: int, baseline_ref: str | None = None) -> dic
     work = Path(tempfile.mkdtemp(prefix="jetway-instructions-bench-"))
     upstream: list[subprocess.Popen[bytes]] = []
     try:
-        upstream_port = free_port()
-        upstream.append(subprocess.Popen(pinned(1, [sys.executable, "-m", "bench.fast_upstream", "--port", str(upstream_port)]), cwd=ROOT))
-        wait_http(f"http://127.0.0.1:{upstream_port}/v1/models")
+        upstream_port = start_upstream(upstream)
         script = lua(work / "plain.lua", BODY, {})
-        trees = [(name, ROOT, env) for name, env in VARIANTS.items()]
-        if baseline_ref:
-            commit = export_tree(baseline_ref, work / "baseline")
-            trees.append((f"default at {commit}", work / "baseline", {}))
         rows: dict[str, dict[str, Any]] = {}
-        for i, (name, tree, env) in enumerate(trees):
+        for i, (name, tree, env) in enumerate(variant_trees(work, baseline_ref)):
             rows[name] = measure(tree, work / f"jetway-{i}", upstream_port, env, work / f"callgrind-{i}.out", script, seconds, connections)
             print(f"{name}: {rows[name]['per_request']:,} instructions a request over {rows[name]['requests']:,} requests", flush=True)
         base = next(iter(rows.values()))["per_request"]

@@ -18,13 +18,11 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.router import BODY, ROOT, export_tree, lua, measure, pinned, start_jetway, stop_all, wait_http
-from runtime.natsserver import free_port
+from bench.router import BODY, ROOT, export_tree, lua, measure, start_jetway, start_upstream, stop_all
 
 # name: the settings that differ from the default (the first is the default itself, the baseline of the ratios)
 VARIANTS: dict[str, dict[str, str]] = {
@@ -34,21 +32,25 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
+def variant_trees(work: Path, baseline_ref: str | None) -> list[tuple[str, Path, dict[str, str]]]:
+    """Each variant's name, the tree it runs from and its settings: this tree's VARIANTS, then `baseline_ref`'s default
+    (exported under `work`) when asked."""
+    trees = [(name, ROOT, env) for name, env in VARIANTS.items()]
+    if baseline_ref:
+        commit = export_tree(baseline_ref, work / "baseline")
+        trees.append((f"default at {commit}", work / "baseline", {}))
+    return trees
+
+
 def main(seconds: int, rounds: int, connections: int, baseline_ref: str | None = None) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install wrk")
     work = Path(tempfile.mkdtemp(prefix="jetway-parts-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        upstream_port = free_port()
-        processes.append(subprocess.Popen(pinned(1, [sys.executable, "-m", "bench.fast_upstream", "--port", str(upstream_port)]), cwd=ROOT))
-        wait_http(f"http://127.0.0.1:{upstream_port}/v1/models")
+        upstream_port = start_upstream(processes)
         targets = {}
-        trees = [(name, ROOT, env) for name, env in VARIANTS.items()]
-        if baseline_ref:
-            commit = export_tree(baseline_ref, work / "baseline")
-            trees.append((f"default at {commit}", work / "baseline", {}))
-        for i, (name, tree, env) in enumerate(trees):
+        for i, (name, tree, env) in enumerate(variant_trees(work, baseline_ref)):
             port, pid = start_jetway(tree, work / f"jetway-{i}", upstream_port, processes, env)
             targets[name] = (f"http://127.0.0.1:{port}/v1/chat/completions", pid)
         script = lua(work / "plain.lua", BODY, {})
