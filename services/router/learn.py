@@ -16,10 +16,11 @@ conversation's latest turn (`Placement.turn`: its session, else the last block h
 turn's prompt holds) until their counts say it ended (`InFlight.ended`); the next turn it takes meanwhile counts one
 request fewer there (`previous`, `policy.pick`'s `ended`).
 
-Load is shared too: ten times a second while it has requests in flight (once a second when it has none), and at
-once when a request ends, a replica says how many requests it has in flight to each member (`InFlight`, core NATS,
-not stored). Each replica adds the others' latest counts to its own (`Traffic.others`), so the load terms of the
-policies and the load bound see the whole deployment's traffic, at most a tenth of a second old; a replica silent for
+Load is shared too: ten times a second while it has requests in flight (once a second when it has none, or no
+peers: alone, it only says it is there), and at once when a request ends, a replica with peers says how many
+requests it has in flight to each member (`InFlight`, core NATS, not stored). Each replica adds the others' latest
+counts to its own (`Traffic.others`), so the load terms of the policies and the load bound see the whole
+deployment's traffic, at most a tenth of a second old; a replica silent for
 half a second (killed) counts for nothing.
 
 `learn` and `others` are the folds (no I/O); `Learner` is the subscriptions, the telling and the start-up read.
@@ -58,6 +59,7 @@ from services.router.projection import Members
 log = logging.getLogger("jetway.router.learn")
 
 INFLIGHT_SECONDS = 0.1  # how often a replica says its requests in flight (when it has peers)
+LONE_SECONDS = 1.0  # how often a replica alone says it is there (an empty count, or its counts, for no one yet)
 INFLIGHT_STALE = 0.5  # a replica silent this long counts for nothing (killed): it says its counts every tenth of a second
 # while it has any in flight, once a second when it has none
 TURNS = 65_536  # the other replicas' latest turns remembered (LRU): a conversation's next turn finds its own
@@ -129,6 +131,7 @@ class Learner:
         self.own_inflight = INFLIGHT_PREFIX + own_subject.removeprefix(ROUTING_PREFIX)
         self._said: dict[str, tuple[float, dict[str, int]]] = {}  # another replica → (when, its counts per member)
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()  # set on stopping, and by a peer heard for the first time: say the counts now
         self._last_said: tuple[tuple[str, int], ...] | None = None
         self._last_at = 0.0
         # a conversation → its last turn's member, the replica that counts it, when told
@@ -234,6 +237,8 @@ class Learner:
     def _counted(self, subject: str, data: bytes) -> None:
         if subject == self.own_inflight:
             return
+        if subject not in self._peers:
+            self._wake.set()  # a new peer: it hears this replica's counts now, not in up to a second
         self._peers[subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
         try:
             said = _DECODE_INFLIGHT(data)
@@ -273,19 +278,20 @@ class Learner:
             await self.nc.publish(self.own_inflight, _ENCODE_INFLIGHT(InFlight(counts)))
 
     async def share_load(self) -> None:
-        """Every INFLIGHT_SECONDS: its own requests in flight per member, to the others (once a second when unchanged,
-        also alone: it is how replicas find each other); and what the silent ones said, forgotten. Until stopped."""
+        """Every INFLIGHT_SECONDS while it has peers: its own requests in flight per member, to the others (once a second
+        when none are in flight); and what the silent ones said, forgotten. Alone, once a second: it is how replicas
+        find each other, and a peer heard for the first time wakes it to say its counts at once. Until stopped."""
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(INFLIGHT_SECONDS):
-                    await self._stopping.wait()
+                async with asyncio.timeout(INFLIGHT_SECONDS if self._peers else LONE_SECONDS):
+                    await self._wake.wait()
+            self._wake.clear()
             if self._forget_silent():
                 others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
-            # said once a second even alone (an empty count): a replica that starts finds its peers before it routes
             mine = self._counts()
-            if not mine and not self._last_said and loop.time() - self._last_at < 1.0:  # nothing in flight: once a second
-                continue
+            if self._peers and not mine and not self._last_said and loop.time() - self._last_at < LONE_SECONDS:
+                continue  # nothing in flight, and said so: once a second
             self._last_said, self._last_at = mine, loop.time()
             await self._publish(mine)
 
@@ -315,6 +321,7 @@ class Learner:
 
     async def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         for sub in self._subs:
             self.nc.untap(sub)
             with contextlib.suppress(nats.errors.Error):
