@@ -2,6 +2,7 @@
 with the machine, where CPU time per request on this VM moves by 15% between rounds (docs/router.md).
 
     .venv/bin/python -m bench.router_instructions [--seconds 20] [--connections 10] [--baseline-ref REF] [--json FILE]
+                                                  [--keep DIR]
 
 Each variant (bench/router_parts.py's VARIANTS; with `--baseline-ref`, also that commit's default, exported with
 git archive) is a `jetway up` under `valgrind --tool=callgrind --instr-atstart=no`, one member on the fast upstream
@@ -11,7 +12,9 @@ counting is switched off, and the process is stopped, which writes the count. Pr
 counted over the requests answered, and that over the first variant's (the default). Work that runs by the clock
 (probes, timers) is counted too, per second, alike in every variant. Instructions are not time: a cache miss counts
 as one. They say what the code does, not what the machine makes of it. Valgrind slows the router about fifty-fold,
-so each variant takes a minute or two.
+so each variant takes a minute or two. `--keep DIR` keeps each variant's callgrind file there, for
+`callgrind_annotate --inclusive=yes` to say which C functions (the interpreter's, msgspec's, zlib's, the collector's) the
+difference between two variants went to.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def measure(
     }
 
 
-def main(seconds: int, connections: int, baseline_ref: str | None = None) -> dict[str, Any]:
+def main(seconds: int, connections: int, baseline_ref: str | None = None, keep: Path | None = None) -> dict[str, Any]:
     for tool in ("wrk", "valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed: apt-get install wrk valgrind")
@@ -75,6 +78,9 @@ def main(seconds: int, connections: int, baseline_ref: str | None = None) -> dic
         for i, (name, tree, env) in enumerate(variant_trees(work, baseline_ref)):
             rows[name] = measure(tree, work / f"jetway-{i}", upstream_port, env, work / f"callgrind-{i}.out", script, seconds, connections)
             print(f"{name}: {rows[name]['per_request']:,} instructions a request over {rows[name]['requests']:,} requests", flush=True)
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(work / f"callgrind-{i}.out", keep / f"callgrind-{i}.out")
         base = next(iter(rows.values()))["per_request"]
         print(f"\n{'variant':<24}{'instructions/req':>17}{'x default':>10}{'requests':>10}{'errors':>8}")
         for name, row in rows.items():
@@ -92,7 +98,8 @@ if __name__ == "__main__":
     parser.add_argument("--connections", type=int, default=10)
     parser.add_argument("--baseline-ref", help="also count this commit's default (git archive of it)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--keep", type=Path, help="keep each variant's callgrind file in this folder (callgrind-N.out, in order)")
     args = parser.parse_args()
-    found = main(args.seconds, args.connections, args.baseline_ref)
+    found = main(args.seconds, args.connections, args.baseline_ref, args.keep)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n")

@@ -16,6 +16,7 @@ ROUTING_STREAM = "JETWAY_ROUTING"
 ROUTING_PREFIX = "jetway.routing"  # a batch from one replica: jetway.routing.<replica token>
 INFLIGHT_PREFIX = "jetway.inflight"  # a replica's requests in flight per member, ten times a second: jetway.inflight.<replica>
 PLACEMENT_PREFIX = "jetway.placement"  # one decision, told to the other replicas at once: jetway.placement.<replica token>
+PLACE_PREFIX = "jetway.place"  # a new conversation's decision, asked of the placer replica: jetway.place.<placer token>
 
 
 class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, array_like=True, gc=False):
@@ -41,9 +42,10 @@ class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, array_like=
     ttft: float | None = None  # seconds to the first streamed event (None: not streamed)
     elapsed: float = 0.0  # seconds from arrival to the answer's end
     router: str = ""  # the replica that routed it
+    placer: str = ""  # the replica that decided it for `router` (a new conversation among replicas), "" when `router` did
 
 
-class Placement(msgspec.Struct, frozen=True, array_like=True):
+class Placement(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     """Where one request was just sent, for the other router replicas' memory (services/router/learn.py): published
     when the router decides, not stored (the record, at the request's end, is what is kept)."""
 
@@ -52,6 +54,7 @@ class Placement(msgspec.Struct, frozen=True, array_like=True):
     blocks: tuple[int, ...] = ()
     block_chars: int = 0
     session: int | None = None
+    placed_by: str = ""  # the placer replica, when it decided this for the replica whose subject it is on
 
     @property
     def turn(self) -> int | None:
@@ -60,6 +63,30 @@ class Placement(msgspec.Struct, frozen=True, array_like=True):
         if self.session is not None:
             return self.session
         return self.blocks[-1] if self.blocks else None
+
+
+class PlaceAsk(msgspec.Struct, frozen=True, array_like=True):
+    """A new conversation's first decision, asked by a router replica of the placer (the replica with the least token
+    among those alive, services/router/learn.py), which decides every replica's new conversations one after another
+    as one router would, where replicas deciding a burst of them at once, each before hearing the others, spread them
+    unevenly."""
+
+    model: str
+    asker: str  # the asking replica's token: the placement is counted as its request in flight
+    candidates: tuple[str, ...]  # the members the asker may send it to (ready and fitting, as it sees them)
+    blocks: tuple[int, ...] = ()
+    block_chars: int = 0
+    home: int | None = None
+    session: int | None = None
+
+
+class Placed(msgspec.Struct, frozen=True, array_like=True):
+    """The placer's answer: the member and why (`member` "": none of the candidates; the asker decides itself)."""
+
+    member: str = ""
+    reason: str = ""
+    score: float = 0.0
+    prefix: float = 0.0
 
 
 class InFlight(msgspec.Struct, frozen=True, array_like=True):

@@ -229,11 +229,12 @@ class InFlight:
 class Trace:
     """What a recorded request's routing saw (contracts/routing.py), filled in by `_dispatch` as it goes."""
 
-    __slots__ = ("candidates", "choice", "first_at", "prompt", "tokens_in", "tokens_out")
+    __slots__ = ("candidates", "choice", "first_at", "placer", "prompt", "tokens_in", "tokens_out")
 
     def __init__(self) -> None:
         self.candidates: tuple[str, ...] = ()
         self.choice: policy.Choice | None = None
+        self.placer = ""
         self.prompt: policy.Prompt | None = None
         self.first_at = 0.0
         self.tokens_in = self.tokens_out = 0
@@ -292,6 +293,7 @@ def _record(routes: Routes, trace: Trace, model: str, member: str, key: str, sta
         trace.first_at - started if trace.first_at else None,  # ttft
         ended - started,  # elapsed
         routes.records.router if routes.records is not None else "",
+        trace.placer,
     )
 
 
@@ -346,17 +348,30 @@ async def _dispatch(
         if attempt:
             routes.recorder.retried(model)
         learner = routes.learner
-        ended = learner.previous(asked, settings) if learner is not None and len(ready) > 1 else None
-        member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked, ended)
+        placed = placer = None
+        if learner is None or len(ready) == 1:
+            member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked)
+        else:
+            ended = learner.previous(asked, settings)
+            # a new conversation among replicas is the placer's to decide, in turn with the others' (learn.py)
+            if learner.peers and not attempt and ended is None and learner.new(asked, settings):
+                placed = await learner.place(model, ready, asked, settings)
+            if placed is not None:
+                member, choice, placer = placed
+            else:
+                member, choice = policy.pick(settings, routes.memory, ready, routes.members.traffic, asked, ended)
+                learner.saw(asked.session_key if asked.session_key is not None else asked.hashes[-1] if asked.hashes else None)
+        # counted in flight before anything awaits: a placer answering another replica meanwhile sees this choice
+        in_flight = InFlight(routes.members.traffic_of(member.key), learner)
         routes.recorder.chose(settings.policy, choice.reason)
-        turn = None
-        if learner is not None and learner.peers:  # the other replicas learn where it went (services/router/learn.py)
-            turn = await learner.tell(model, member.name, asked.hashes, asked.session_key)
         if trace is not None:
-            trace.choice = choice
+            trace.choice, trace.placer = choice, placer or ""
         tried.add(member.key)
-        in_flight = InFlight(routes.members.traffic_of(member.key), learner, turn)
         try:
+            if placed is not None:
+                in_flight.turn = asked.session_key if asked.session_key is not None else asked.hashes[-1] if asked.hashes else None
+            elif learner is not None and learner.peers:  # the other replicas learn where it went (services/router/learn.py)
+                in_flight.turn = await learner.tell(model, member.name, asked.hashes, asked.session_key)
             header = policy.route_header(choice, settings.policy)
             relay = await forward(routes, client, request, member, body, model, api, header, in_flight.end)
             if relay is None:

@@ -42,10 +42,13 @@ from nats.aio.subscription import Subscription
 
 from contracts.routing import (
     INFLIGHT_PREFIX,
+    PLACE_PREFIX,
     PLACEMENT_PREFIX,
     ROUTING_PREFIX,
     ROUTING_STREAM,
     InFlight,
+    PlaceAsk,
+    Placed,
     Placement,
     RoutingRecord,
     decode_batch,
@@ -54,7 +57,7 @@ from contracts.subjects import Key
 from runtime.bus import BoundedClient
 from runtime.reader import OrderedReader
 from services.router import policy
-from services.router.projection import Members
+from services.router.projection import Member, Members
 
 log = logging.getLogger("jetway.router.learn")
 
@@ -69,6 +72,11 @@ _ENCODE = msgspec.msgpack.Encoder().encode
 _DECODE = msgspec.msgpack.Decoder(Placement).decode
 _ENCODE_INFLIGHT = msgspec.msgpack.Encoder().encode
 _DECODE_INFLIGHT = msgspec.msgpack.Decoder(InFlight).decode
+_DECODE_ASK = msgspec.msgpack.Decoder(PlaceAsk).decode
+_DECODE_PLACED = msgspec.msgpack.Decoder(Placed).decode
+PLACE_SECONDS = 0.05  # how long a replica waits for the placer's answer before deciding itself
+ALIVE_SECONDS = 1.5  # a replica heard from within this is alive: each says its counts at least once a second
+SEEN = 65_536  # the latest turns of conversations, this replica's and the others' (FIFO): what is not new
 
 
 def member_key(members: Members, model: str, name: str) -> Key | None:
@@ -94,6 +102,14 @@ def learn(records: Iterable[RoutingRecord | Placement], members: Members, memory
             memory.sessions.put(record.session, key)
             taught += 1
     return taught
+
+
+def placer_of(own: str, heard: dict[str, float], suspects: dict[str, float], now: float) -> str:
+    """The token of the replica that places new conversations: the least of this one (`own`) and the others heard from
+    (token → when, loop time) within ALIVE_SECONDS, leaving out those that failed to answer (`suspects`: token → when)
+    and have not been heard from since."""
+    alive = [t for t, at in heard.items() if now - at < ALIVE_SECONDS and suspects.get(t, -1.0) < at]
+    return min([own, *alive])
 
 
 def others(said: dict[str, dict[str, int]], members: Members) -> None:
@@ -136,6 +152,11 @@ class Learner:
         self._last_at = 0.0
         # a conversation → its last turn's member, the replica that counts it, when told
         self._turns: OrderedDict[int, tuple[Key, str, float]] = OrderedDict()
+        self.token = own_subject.removeprefix(ROUTING_PREFIX + ".")
+        self.own_place = f"{PLACE_PREFIX}.{self.token}"
+        self._seen: dict[int, None] = {}  # the latest turns of conversations (`saw`), oldest first: a turn is not new
+        self._suspects: dict[str, float] = {}  # a placer that did not answer → when (`placer_of`)
+        self.placed = 0  # new conversations this replica decided for the others (tests and metrics read it)
 
     @property
     def peers(self) -> bool:
@@ -174,6 +195,87 @@ class Learner:
             return None
         return key if asyncio.get_running_loop().time() - at < TURN_SECONDS else None
 
+    def saw(self, turn: int | None) -> None:
+        """A conversation's turn decided (here, or by another replica): its next turn is not a new conversation."""
+        if turn is None:
+            return
+        seen = self._seen
+        seen.pop(turn, None)
+        seen[turn] = None
+        if len(seen) > SEEN:
+            del seen[next(iter(seen))]
+
+    def new(self, prompt: policy.Prompt, settings: policy.Settings) -> bool:
+        """Whether a prompt starts a conversation no replica has routed a turn of lately (`saw`): by its session when it
+        has one, else by its block hashes, none of which ended an earlier turn's prompt (a next turn's prompt holds its
+        last turn's). A question shorter than a block leaves its turn's last hash in the shared prefix: the next
+        conversation on that prefix then looks continued, and is decided by the replica that takes it."""
+        seen = self._seen
+        if prompt.session_key is not None:
+            return prompt.session_key not in seen and prompt.session_key not in self.memory.sessions.members
+        return not any(block in seen for block in prompt.hashed(settings))
+
+    def placer(self) -> str | None:
+        """The token of the replica that places this one's new conversations; None when it is this one."""
+        found = placer_of(self.token, self._peer_tokens(), self._suspects, asyncio.get_running_loop().time())
+        return None if found == self.token else found
+
+    def _peer_tokens(self) -> dict[str, float]:
+        cut = len(INFLIGHT_PREFIX) + 1
+        return {subject[cut:]: at for subject, at in self._peers.items()}
+
+    async def place(
+        self, model: str, ready: list[Member], prompt: policy.Prompt, settings: policy.Settings
+    ) -> tuple[Member, policy.Choice, str] | None:
+        """A new conversation's member, chosen by the placer for this replica (remembered here as if chosen here), and
+        the placer's token; None when this replica is the placer, or the placer did not answer within PLACE_SECONDS
+        (then it is passed over until it is heard from again) or chose none of `ready`: this replica decides."""
+        placer = self.placer()
+        if placer is None:
+            return None
+        hashes = prompt.hashed(settings)
+        names = tuple([m.name for m in ready])
+        ask = PlaceAsk(model, self.token, names, tuple(hashes), settings.block_chars, prompt.home, prompt.session_key)
+        try:
+            answer = await self.nc.request(f"{PLACE_PREFIX}.{placer}", _ENCODE(ask), timeout=PLACE_SECONDS)
+            placed = _DECODE_PLACED(answer.data)
+        except (nats.errors.Error, OSError, TimeoutError, msgspec.DecodeError) as exc:
+            self._suspects[placer] = asyncio.get_running_loop().time()
+            log.warning("routing: placer %s did not answer (%s); new conversations decided here meanwhile", placer, type(exc).__name__)
+            return None
+        for index, member in enumerate(ready):
+            if member.name == placed.member:
+                if hashes and settings.policy == policy.PREFIX_CACHE:
+                    self.memory.index.record(hashes, member.key)
+                if prompt.session_key is not None:
+                    self.memory.sessions.put(prompt.session_key, member.key)
+                self.saw(prompt.session_key if prompt.session_key is not None else hashes[-1] if hashes else None)
+                return member, policy.Choice(index, placed.reason, placed.score, placed.prefix), placer
+        return None
+
+    def _asked(self, reply: str, data: bytes) -> None:
+        """As the placer: another replica's new conversation, decided here in turn with this one's own, counted as that
+        replica's request in flight, told to the rest on that replica's placements subject, and answered."""
+        try:
+            ask = _DECODE_ASK(data)
+        except msgspec.DecodeError:
+            return
+        placed = Placed()
+        ready = [m for m in self.members.declaring(ask.model) if m.name in ask.candidates]
+        if ready and (not ask.blocks or ask.block_chars == self.settings.block_chars):
+            prompt = policy.Prompt.known(list(ask.blocks), ask.home, ask.session)
+            member, choice = policy.pick(self.settings, self.memory, ready, self.members.traffic, prompt)
+            placement = Placement(ask.model, member.name, ask.blocks, ask.block_chars, ask.session, self.token)
+            self._count(f"{INFLIGHT_PREFIX}.{ask.asker}", placement, member.key)
+            self.saw(placement.turn)
+            self.placed += 1
+            with contextlib.suppress(nats.errors.Error, OSError):  # the others count it when the asker next says its counts
+                self.nc.publish_now(f"{PLACEMENT_PREFIX}.{ask.asker}", _ENCODE(placement))
+            placed = Placed(member.name, choice.reason, choice.score, choice.prefix)
+        if reply:
+            with contextlib.suppress(nats.errors.Error, OSError):
+                self.nc.publish_now(reply, _ENCODE(placed))
+
     async def tell(self, model: str, member: str, blocks: list[int] | None, session: int | None) -> int | None:
         """A decision, to the other replicas (when there are any): where this prompt and session went. Its turn (to be
         said with the counts when the request ends), None when nothing was told."""
@@ -186,7 +288,11 @@ class Learner:
 
     async def start(self, warm_seconds: float) -> None:
         """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
-        self._subs = [await self._listen(f"{PLACEMENT_PREFIX}.>", self._placed), await self._listen(f"{INFLIGHT_PREFIX}.>", self._counted)]
+        self._subs = [
+            await self._listen(f"{PLACEMENT_PREFIX}.>", self._placed),
+            await self._listen(f"{INFLIGHT_PREFIX}.>", self._counted),
+            await self._listen(self.own_place, self._asked, replies=True),
+        ]
         try:
             await self.nc.flush()  # the server has the subscriptions before anything is read or counted on
             if warm_seconds > 0:
@@ -196,14 +302,14 @@ class Learner:
         finally:
             self.warmed.set()
 
-    async def _listen(self, subject: str, handler: Callable[[str, bytes], None]) -> Subscription:
+    async def _listen(self, subject: str, handler: Callable[[str, bytes], None], *, replies: bool = False) -> Subscription:
         """Placements and counts are handled as the client reads them (`BoundedClient.tap`), in the order they came,
         not a loop turn later by a task of nats-py's: a count saying a turn ended is seen before the client's next
         turn whenever it was read first."""
 
         def tapped(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
             try:
-                handler(subject.decode(), data)
+                handler((reply if replies else subject).decode(), data)
             except Exception:  # a tap must not raise into the client's read loop
                 log.exception("routing memory: a message from another replica could not be taken in")
 
@@ -218,13 +324,19 @@ class Learner:
             placement = _DECODE(data)
         except msgspec.DecodeError:
             return
+        if placement.placed_by == self.token:
+            return  # decided here for another replica (`_asked`): already in its memory and counted
         self.learned += learn((placement,), self.members, self.memory, self.settings)
-        # one more in flight there, until that replica's next count says otherwise (a tenth of a second at most)
-        subject = INFLIGHT_PREFIX + subject.removeprefix(PLACEMENT_PREFIX)
+        self.saw(placement.turn)
+        key = member_key(self.members, placement.model, placement.member)
+        self._count(INFLIGHT_PREFIX + subject.removeprefix(PLACEMENT_PREFIX), placement, key)
+
+    def _count(self, subject: str, placement: Placement, key: Key | None) -> None:
+        """One more in flight at the placement's member from the replica saying counts on `subject`, until its next
+        count says otherwise (a tenth of a second at most); and its turn, to count out when the next one comes."""
         at, counts = self._said.get(subject, (asyncio.get_running_loop().time(), {}))
         counts[placement.member] = counts.get(placement.member, 0) + 1
         self._said[subject] = (at, counts)
-        key = member_key(self.members, placement.model, placement.member)
         if key is not None:
             self.members.traffic_of(key).others += 1
             turn = placement.turn

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM
+from contracts.routing import ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord, decode_batch
 from runtime.bus import connect
 from runtime.leases import LeaseSettings
 from runtime.secrets import FileSecrets
@@ -20,6 +20,7 @@ from services.router import main as router_main
 from services.router import protocol
 from services.router import records as router_records
 from services.router.learn import Learner
+from simulator.vllm import SimParams, VllmSimulator
 from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, running_stack
@@ -135,3 +136,112 @@ async def test_three_replicas_keep_a_conversation_and_a_prefix_where_one_of_them
             # without the warm start, the same newcomer would not know the conversation
             async with replica(nats.url, "e", tmp_path, warm_seconds=0) as e:
                 assert e.learner.learned == 0
+
+
+async def sims_applied(stack: object, count: int, ttft: float) -> list[VllmSimulator]:
+    """`count` simulated vLLM members of the model `sim`, each first token `ttft` seconds after a request arrives: a
+    burst's requests are all in flight at once."""
+    sims = [VllmSimulator(["sim"], SimParams(ttft_base=ttft, prefill_per_token=0.0, decode_per_token=0.0)) for _ in range(count)]
+    for i, sim in enumerate(sims):
+        await sim.start()
+        spec = {"backend": "vllm-openai", "url": sim.url, "models": [{"name": "sim"}]}
+        kind = {"apiVersion": "airdress.co/v1alpha1", "kind": "InferencePoolMember", "metadata": {"name": f"sim-{i}"}}
+        assert (await stack.apply({**kind, "spec": spec}))[0] == 201  # type: ignore[attr-defined]
+    return sims
+
+
+async def sims_ready(http: aiohttp.ClientSession, base: str, count: int) -> bool:
+    async with http.get(f"{base}/models") as response:
+        listed = (await response.json())["data"]
+    return bool(listed) and len(listed[0].get("members", [])) == count
+
+
+async def burst(http: aiohttp.ClientSession, bases: list[str], first: int) -> list[str]:
+    """One new conversation per base, all sent at once, on the same long system prompt (the same home member in every
+    replica) with questions of their own; the members that answered, in order."""
+
+    async def one(i: int, base: str) -> str:
+        question = f"conversation {first + i}: " + "tell me about the weather where you are, and why it is so. " * 2
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        body = {"model": "sim", "messages": messages, "max_tokens": 1}
+        async with http.post(f"{base}/chat/completions", json=body) as response:
+            assert response.status == 200, await response.text()
+            return response.headers["x-jetway-member"]
+
+    return list(await asyncio.gather(*(one(i, base) for i, base in enumerate(bases))))
+
+
+async def stored_records(url: str) -> list[RoutingRecord]:
+    nc = await connect(url, name="records-read")
+    try:
+        js = nc.jetstream()
+        last = (await js.stream_info(ROUTING_STREAM)).state.last_seq
+        found: list[RoutingRecord] = []
+        for seq in range(1, last + 1):
+            found += decode_batch((await js.get_msg(ROUTING_STREAM, seq)).data or b"")
+        return found
+    finally:
+        await nc.close()
+
+
+async def test_a_burst_of_new_conversations_through_three_replicas_spreads_as_through_one(nats: NatsEndpoint, tmp_path: Path) -> None:
+    """Nine conversations on one system prompt start at once, three through each replica: every replica's first turns
+    are decided by the placer (the least-named replica alive) in turn, so the three members take 3 each, as through one
+    router; three replicas deciding blind (each by its own counts and memory) put 6, 3 and 0 on them (a simulation of
+    `policy.decide` says so); and each record says who placed it."""
+    async with running_stack(nats.url, tmp_path, probe_interval=3600.0) as stack:
+        stack.router.runner.stop()
+        sims = await sims_applied(stack, 3, ttft=0.5)
+        try:
+            async with (
+                replica(nats.url, "a", tmp_path) as a,
+                replica(nats.url, "b", tmp_path) as b,
+                replica(nats.url, "c", tmp_path) as c,
+                aiohttp.ClientSession() as http,
+            ):
+                for r in (a, b, c):
+                    await eventually(lambda u=r.url: sims_ready(http, u, 3), timeout=20, message=f"every member ready at {r.name}")
+                await eventually(
+                    lambda: a.learner.placer() is None and b.learner.placer() == "a" and c.learner.placer() == "a",
+                    timeout=10,
+                    message="every replica takes a for the placer",
+                )
+                members = await burst(http, [a.url, b.url, c.url] * 3, 0)
+                assert sorted(members.count(f"sim-{i}") for i in range(3)) == [3, 3, 3], sorted(members)
+                assert a.learner.placed == 6 and b.learner.placed == c.learner.placed == 0
+
+                async def placed_records() -> bool:
+                    found = [r for r in await stored_records(nats.url) if r.model == "sim"]
+                    return (
+                        len(found) == 9
+                        and sorted((r.router, r.placer) for r in found) == [("a", "")] * 3 + [("b", "a")] * 3 + [("c", "a")] * 3
+                    )
+
+                await eventually(placed_records, timeout=10, message="each record names its placer")
+        finally:
+            for sim in sims:
+                await sim.stop()
+
+
+async def test_when_the_placer_goes_the_next_replica_places_and_no_request_fails(nats: NatsEndpoint, tmp_path: Path) -> None:
+    async with running_stack(nats.url, tmp_path, probe_interval=3600.0) as stack:
+        stack.router.runner.stop()
+        sims = await sims_applied(stack, 4, ttft=0.05)
+        try:
+            async with replica(nats.url, "b", tmp_path) as b, replica(nats.url, "c", tmp_path) as c, aiohttp.ClientSession() as http:
+                for r in (b, c):
+                    await eventually(lambda u=r.url: sims_ready(http, u, 4), timeout=20, message=f"every member ready at {r.name}")
+                async with replica(nats.url, "a", tmp_path) as a:
+                    await eventually(lambda: sims_ready(http, a.url, 4), timeout=20, message="every member ready at a")
+                    await eventually(lambda: c.learner.placer() == "a", timeout=10, message="a, started last, places")
+                    await burst(http, [b.url, c.url], 0)
+                    assert a.learner.placed == 2
+                # a is gone (as if killed: nothing said): the next new conversations are decided by b and c, none fails,
+                # and b places once a has been silent for ALIVE_SECONDS
+                await burst(http, [b.url, c.url], 2)
+                await eventually(lambda: c.learner.placer() == "b", timeout=10, message="b places after a")
+                await burst(http, [c.url, c.url], 4)
+                assert b.learner.placed == 2
+        finally:
+            for sim in sims:
+                await sim.stop()

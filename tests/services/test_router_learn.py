@@ -14,7 +14,7 @@ from contracts.subjects import Key
 from runtime.bus import connect
 from services.router import policy
 from services.router.app import InFlight
-from services.router.learn import Learner
+from services.router.learn import ALIVE_SECONDS, Learner, placer_of
 from services.router.projection import Member, Members
 from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
@@ -100,3 +100,12 @@ async def test_a_turn_is_counted_out_only_until_its_replica_says_it_ended(nats: 
         told = await one.tell("m", "b", other.hashed(SETTINGS), None)
         await eventually(lambda: two.members.traffic_of(KEYS["b"]).others == 1, timeout=5, message="two counts the parcel")
         assert two.previous(turn("what does it cost?", "in euros?"), SETTINGS) is None
+
+
+def test_the_placer_is_the_least_replica_alive_and_one_that_did_not_answer_is_passed_over_until_heard_again() -> None:
+    now = 100.0
+    assert placer_of("b", {}, {}, now) == "b", "alone, a replica places its own"
+    assert placer_of("b", {"a": now - 0.2, "c": now - 0.1}, {}, now) == "a"
+    assert placer_of("b", {"a": now - ALIVE_SECONDS - 0.1, "c": now}, {}, now) == "b", "a silent replica is not alive"
+    assert placer_of("c", {"a": now - 0.5, "b": now - 0.1}, {"a": now - 0.2}, now) == "b", "a failed to answer since"
+    assert placer_of("c", {"a": now - 0.1, "b": now - 0.1}, {"a": now - 0.2}, now) == "a", "a heard from again"
