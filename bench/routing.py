@@ -300,7 +300,8 @@ def start_jetway(work: Path, policy: str, sims: list[str], name: str = "") -> tu
     jetway = str(Path(sys.executable).parent / "jetway")
     command = [jetway, "up", "--data-dir", str(data), "--api-port", str(api_port), "--router-port", str(router_port)]
     command += ["--router-policy", policy, "--probe-interval", "1"]
-    process = subprocess.Popen(pinned(0, command), cwd=ROOT, stderr=subprocess.DEVNULL)
+    with (work / f"jetway-{name or policy}.log").open("wb") as log:  # what it logged, kept with its data for a look after
+        process = subprocess.Popen(pinned(0, command), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     wait_http(f"http://127.0.0.1:{api_port}/healthz")
     apply_members(api_port, data, sims)
     router = f"http://127.0.0.1:{router_port}"
@@ -373,7 +374,9 @@ def start_router(work: Path, data: Path, name: str, members: int) -> tuple[subpr
         "JETWAY_PROBE_INTERVAL": "1",
         "JETWAY_ROUTER_POLICY": "prefix-cache",
     }
-    process = subprocess.Popen(pinned(0, [sys.executable, "-m", "services.router"]), cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    command = pinned(0, [sys.executable, "-m", "services.router"])
+    with (work / f"{name}.log").open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

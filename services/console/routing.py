@@ -109,6 +109,7 @@ def decision(seq: int, record: RoutingRecord) -> dict[str, Any]:
         "tokens_out": record.tokens_out,
         "key": record.key,
         "router": record.router,
+        "placer": record.placer,
     }
 
 

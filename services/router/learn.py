@@ -74,8 +74,10 @@ _ENCODE_INFLIGHT = msgspec.msgpack.Encoder().encode
 _DECODE_INFLIGHT = msgspec.msgpack.Decoder(InFlight).decode
 _DECODE_ASK = msgspec.msgpack.Decoder(PlaceAsk).decode
 _DECODE_PLACED = msgspec.msgpack.Decoder(Placed).decode
-PLACE_SECONDS = 0.05  # how long a replica waits for the placer's answer before deciding itself
+PLACE_SECONDS = 0.25  # how long a replica waits for the placer's answer before deciding itself (it answers in about
+# a millisecond; a burst on a busy machine can hold it tens of milliseconds)
 ALIVE_SECONDS = 1.5  # a replica heard from within this is alive: each says its counts at least once a second
+HELLO_SECONDS = 0.25  # how long a starting replica waits for the others to answer its first counts
 SEEN = 65_536  # the latest turns of conversations, this replica's and the others' (FIFO): what is not new
 
 
@@ -148,6 +150,9 @@ class Learner:
         self._said: dict[str, tuple[float, dict[str, int]]] = {}  # another replica → (when, its counts per member)
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()  # set on stopping, and by a peer heard for the first time: say the counts now
+        self._listening = asyncio.Event()  # subscribed: what the others say on hearing this one is not missed
+        self._heard = asyncio.Event()  # another replica heard from (`listen` waits for the first answer)
+        self._greet = False  # a new peer heard: say the counts at the next wake, even unchanged
         self._last_said: tuple[tuple[str, int], ...] | None = None
         self._last_at = 0.0
         # a conversation → its last turn's member, the replica that counts it, when told
@@ -228,8 +233,9 @@ class Learner:
         self, model: str, ready: list[Member], prompt: policy.Prompt, settings: policy.Settings
     ) -> tuple[Member, policy.Choice, str] | None:
         """A new conversation's member, chosen by the placer for this replica (remembered here as if chosen here), and
-        the placer's token; None when this replica is the placer, or the placer did not answer within PLACE_SECONDS
-        (then it is passed over until it is heard from again) or chose none of `ready`: this replica decides."""
+        the placer's token; None when this replica is the placer, the placer did not answer within PLACE_SECONDS, is
+        gone (no responders: then it is passed over until heard from again) or chose none of `ready`: this replica
+        decides."""
         placer = self.placer()
         if placer is None:
             return None
@@ -239,7 +245,10 @@ class Learner:
         try:
             answer = await self.nc.request(f"{PLACE_PREFIX}.{placer}", _ENCODE(ask), timeout=PLACE_SECONDS)
             placed = _DECODE_PLACED(answer.data)
-        except (nats.errors.Error, OSError, TimeoutError, msgspec.DecodeError) as exc:
+        except TimeoutError:  # busy, not gone (a gone one has no responders): this one decides, the next asks again
+            log.warning("routing: placer %s did not answer within %.2fs; this conversation decided here", placer, PLACE_SECONDS)
+            return None
+        except (nats.errors.Error, OSError, msgspec.DecodeError) as exc:
             self._suspects[placer] = asyncio.get_running_loop().time()
             log.warning("routing: placer %s did not answer (%s); new conversations decided here meanwhile", placer, type(exc).__name__)
             return None
@@ -286,8 +295,11 @@ class Learner:
             await self.nc.publish(self.own_placements, _ENCODE(placement))
         return placement.turn
 
-    async def start(self, warm_seconds: float) -> None:
-        """Subscribe first (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
+    async def listen(self) -> None:
+        """Subscribe, say this replica is there, and give the others a moment (HELLO_SECONDS at most) to answer with
+        their counts: a replica that serves after this knows its peers, and whom to ask for new conversations."""
+        if self._subs:
+            return
         self._subs = [
             await self._listen(f"{PLACEMENT_PREFIX}.>", self._placed),
             await self._listen(f"{INFLIGHT_PREFIX}.>", self._counted),
@@ -295,6 +307,19 @@ class Learner:
         ]
         try:
             await self.nc.flush()  # the server has the subscriptions before anything is read or counted on
+            self._listening.set()
+            await self._publish(self._counts())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HELLO_SECONDS):
+                    await self._heard.wait()
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            log.warning("routing memory: could not say this replica is there (%s); its peers hear it within a second", type(exc).__name__)
+            self._listening.set()
+
+    async def start(self, warm_seconds: float) -> None:
+        """`listen` (nothing published meanwhile is missed), then read the last `warm_seconds` of the stream."""
+        await self.listen()
+        try:
             if warm_seconds > 0:
                 await self._warm(warm_seconds)
         except (nats.errors.Error, OSError, TimeoutError) as exc:
@@ -351,6 +376,8 @@ class Learner:
             return
         if subject not in self._peers:
             self._wake.set()  # a new peer: it hears this replica's counts now, not in up to a second
+            self._greet = True
+            self._heard.set()
         self._peers[subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
         try:
             said = _DECODE_INFLIGHT(data)
@@ -394,6 +421,12 @@ class Learner:
         when none are in flight); and what the silent ones said, forgotten. Alone, once a second: it is how replicas
         find each other, and a peer heard for the first time wakes it to say its counts at once. Until stopped."""
         loop = asyncio.get_running_loop()
+        # said at once on starting, once listening: the others, hearing a new peer, say theirs at once (`_counted`)
+        listening, stopping = asyncio.ensure_future(self._listening.wait()), asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait([listening, stopping], return_when=asyncio.FIRST_COMPLETED)
+        listening.cancel()
+        stopping.cancel()
+        self._wake.set()
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(INFLIGHT_SECONDS if self._peers else LONE_SECONDS):
@@ -402,8 +435,9 @@ class Learner:
             if self._forget_silent():
                 others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
             mine = self._counts()
-            if self._peers and not mine and not self._last_said and loop.time() - self._last_at < LONE_SECONDS:
+            if self._peers and not self._greet and not mine and not self._last_said and loop.time() - self._last_at < LONE_SECONDS:
                 continue  # nothing in flight, and said so: once a second
+            self._greet = False
             self._last_said, self._last_at = mine, loop.time()
             await self._publish(mine)
 

@@ -111,19 +111,21 @@ async def start(context: Context) -> list[Runnable]:
     fair_queue(router, config)
 
     async def serve() -> Stop:
+        # what the other replicas route teaches this one (services/router/learn.py): it knows its peers before it serves
+        recording = router.routes.records
+        learner = None
+        if recording is not None:
+            routes = router.routes
+            learner = routes.learner = Learner(context.nc, recording.subject, router.service.members, routes.memory, routes.settings)
+            await learner.listen()
         serving = await protocol.listen(router.routes, config.host, config.port, limits=limits)
 
         watching = asyncio.create_task(keyfile.watch(router.service.resync_interval or 5.0, router.routes.keys)) if keyfile else None
         gate = router.routes.keys
         limiter = gate.limiter if gate is not None and isinstance(gate.limiter, budget.SharedLimiter) else None
         ticking = asyncio.create_task(limiter.run(gate.ring)) if limiter is not None and gate is not None else None
-        recording = router.routes.records
         publishing = asyncio.create_task(recording.run()) if recording is not None else None
-        # what the other replicas route teaches this one (services/router/learn.py): their records, and the recent past
-        learner = None
-        if recording is not None:
-            routes = router.routes
-            learner = routes.learner = Learner(context.nc, recording.subject, router.service.members, routes.memory, routes.settings)
+        if learner is not None:  # the recent past, read while it serves
             warming = asyncio.create_task(learner.start(config.warm_seconds))
             sharing = asyncio.create_task(learner.share_load())
 

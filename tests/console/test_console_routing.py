@@ -101,6 +101,7 @@ def test_a_decision_shows_the_reasons_and_never_the_prompt_or_the_session() -> N
         "tokens_out": 4,
         "key": "team-a",
         "router": "replica-a",
+        "placer": "",
     }
 
 
@@ -295,3 +296,19 @@ async def test_the_view_shows_the_decisions_with_their_reasons_and_refreshes(pag
 async def _count(stack: Stack, model: str, count: int) -> bool:
     code, body = await stack.get(f"/v1/console/routing?model={model}")
     return code == 200 and len(body["decisions"]) >= count
+
+
+async def test_a_decision_the_placer_made_for_another_replica_says_so(page: Any, stack: Stack) -> None:
+    """Among router replicas a new conversation's member is chosen by the placer (docs/router.md): the row says which
+    replica routed it and which placed it."""
+    from playwright.async_api import expect
+
+    placed = record("placed-model", 1_700_000_000.0, router="replica-b", placer="replica-a")
+    await store_records(stack.nats_url, [[placed, record("placed-model", 1_700_000_001.0, router="replica-a")]])
+    code, body = await stack.get("/v1/console/routing?model=placed-model")
+    assert code == 200 and [(d["router"], d["placer"]) for d in body["decisions"]] == [("replica-a", ""), ("replica-b", "replica-a")]
+    await page.goto(f"{stack.api_url}/ui/#/routing/placed-model")
+    rows = page.get_by_role("table", name="Routing decisions for placed-model").locator("tbody tr")
+    await expect(rows).to_have_count(2, timeout=TIMEOUT)
+    await expect(rows.nth(0).locator('[data-col="router"]')).to_have_text("replica-a")
+    await expect(rows.nth(1).locator('[data-col="router"]')).to_have_text("replica-b (placed by replica-a)")

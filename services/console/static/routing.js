@@ -59,7 +59,11 @@ function rowOf(decision, id) {
     h("td", { "data-col": "elapsed", class: "number" }, ms(decision.elapsed)),
     h("td", { "data-col": "tokens", class: "number" }, `${decision.tokens_in} / ${decision.tokens_out}`),
     h("td", { "data-col": "key" }, decision.key || "—"),
-    h("td", { "data-col": "router" }, decision.router || "—"),
+    h(
+      "td",
+      { "data-col": "router", title: decision.placer ? "a new conversation: the placer replica chose its member (docs/router.md)" : "" },
+      decision.router ? (decision.placer ? `${decision.router} (placed by ${decision.placer})` : decision.router) : "—",
+    ),
   );
 }
 
