@@ -6,15 +6,19 @@ with the machine, where CPU time per request on this VM moves by 15% between rou
 
 Each variant (bench/router_parts.py's VARIANTS; with `--baseline-ref`, also that commit's default, exported with
 git archive) is a `jetway up` under `valgrind --tool=callgrind --instr-atstart=no`, one member on the fast upstream
-(bench/fast_upstream.py). Nothing is counted while it starts and warms up; then counting is switched on
-(`callgrind_control -i on`), wrk sends plain chat completions for `--seconds` with `--connections` connections,
-counting is switched off, and the process is stopped, which writes the count. Printed: per variant, the instructions
-counted over the requests answered, and that over the first variant's (the default). Work that runs by the clock
-(probes, timers) is counted too, per second, alike in every variant. Instructions are not time: a cache miss counts
-as one. They say what the code does, not what the machine makes of it. Valgrind slows the router about fifty-fold,
-so each variant takes a minute or two. `--keep DIR` keeps each variant's callgrind file there, for
-`callgrind_annotate --inclusive=yes` to say which C functions (the interpreter's, msgspec's, zlib's, the collector's) the
-difference between two variants went to.
+(bench/fast_upstream.py). Nothing is counted while it starts and warms up. Then counting is switched on
+(`callgrind_control -i on`) for `--seconds` with no load: what runs by the clock (probes, flush timers, the replicas'
+counts), written out by `callgrind_control -d`; then wrk sends plain chat completions for `--seconds` with
+`--connections` connections, counting is switched off, and the process is stopped, which writes that count.
+
+Printed per variant: the instructions counted under load over the requests answered (`raw`), and the same less the
+clock's work for as long (`net`, the idle window's rate times the loaded window's length), and `net` over the first
+variant's (the default). The clock's work matters here as it does not at full speed: valgrind slows the requests about
+fifty-fold and not the clock, so a timer that costs a router nothing at 12,000 requests a second counts fifty times
+over per request. Instructions are not time: a cache miss counts as one. They say what the code does, not what the
+machine makes of it. Each variant takes a minute or two. `--keep DIR` keeps each variant's callgrind files there
+(`callgrind-N.out`, loaded; `.1`, idle), for `callgrind_annotate --inclusive=yes` to say which C functions (the
+interpreter's, msgspec's, zlib's, the collector's) the difference between two variants went to.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +56,28 @@ def measure(
         port, pid = start_jetway(tree, data, upstream_port, processes, env, wrap=valgrind, timeout=600)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wrk(url, script, 1, 5)  # warm up, not counted
+        began = time.monotonic()
         subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+        time.sleep(seconds)  # the idle window: nothing but the clock's work
+        subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)  # written to out_file.1, zeroed
+        idle_seconds = time.monotonic() - began
+        began = time.monotonic()
         load = wrk(url, script, connections, seconds)
         subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+        loaded_seconds = time.monotonic() - began
     finally:
         stop_all(processes, timeout=300)  # the count is written as the process exits
     instructions = counted(out_file)
+    clock = counted(out_file.with_name(out_file.name + ".1")) / idle_seconds
+    requests = int(load["requests"])
+    net = instructions - clock * loaded_seconds
     return {
-        "requests": int(load["requests"]),
+        "requests": requests,
         "errors": int(load["errors"]),
         "instructions": instructions,
-        "per_request": round(instructions / load["requests"]) if load["requests"] else 0,
+        "clock_per_second": round(clock),
+        "per_request": round(instructions / requests) if requests else 0,
+        "net_per_request": round(net / requests) if requests else 0,
     }
 
 
@@ -77,15 +93,20 @@ def main(seconds: int, connections: int, baseline_ref: str | None = None, keep: 
         rows: dict[str, dict[str, Any]] = {}
         for i, (name, tree, env) in enumerate(variant_trees(work, baseline_ref)):
             rows[name] = measure(tree, work / f"jetway-{i}", upstream_port, env, work / f"callgrind-{i}.out", script, seconds, connections)
-            print(f"{name}: {rows[name]['per_request']:,} instructions a request over {rows[name]['requests']:,} requests", flush=True)
+            row = rows[name]
+            print(f"{name}: {row['net_per_request']:,} instructions a request net ({row['per_request']:,} raw)", flush=True)
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
-                shutil.copy(work / f"callgrind-{i}.out", keep / f"callgrind-{i}.out")
-        base = next(iter(rows.values()))["per_request"]
-        print(f"\n{'variant':<24}{'instructions/req':>17}{'x default':>10}{'requests':>10}{'errors':>8}")
+                for kept in (f"callgrind-{i}.out", f"callgrind-{i}.out.1"):
+                    shutil.copy(work / kept, keep / kept)
+        base = next(iter(rows.values()))["net_per_request"]
+        print(f"\n{'variant':<24}{'net/req':>10}{'x default':>10}{'raw/req':>10}{'clock/s':>12}{'requests':>10}{'errors':>8}")
         for name, row in rows.items():
-            row["ratio"] = round(row["per_request"] / base, 3) if base else 0.0
-            print(f"{name:<24}{row['per_request']:>17,}{row['ratio']:>10.3f}{row['requests']:>10,}{row['errors']:>8}")
+            row["ratio"] = round(row["net_per_request"] / base, 3) if base else 0.0
+            print(
+                f"{name:<24}{row['net_per_request']:>10,}{row['ratio']:>10.3f}{row['per_request']:>10,}"
+                f"{row['clock_per_second']:>12,}{row['requests']:>10,}{row['errors']:>8}"
+            )
         return {"seconds": seconds, "connections": connections, "baseline_ref": baseline_ref, "rows": rows}
     finally:
         stop_all(upstream)

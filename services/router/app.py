@@ -251,7 +251,7 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
     if admission is None:
         return
     records = routes.records
-    trace = Trace() if records is not None and records.wanted() else None
+    trace = Trace() if records is not None and (records.every or records.wanted()) else None
     member_name, tokens = "", 0
     try:
         member_name, tokens = await _dispatch(routes, client, request, api, model, body, started, trace)
@@ -338,7 +338,8 @@ async def _dispatch(
     settings = routes.settings
     asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), always=trace is not None)
     if trace is not None:
-        trace.prompt, trace.candidates = asked, tuple([m.name for m in fitting])
+        trace.prompt = asked
+        trace.candidates = (fitting[0].name,) if len(fitting) == 1 else tuple([m.name for m in fitting])  # one: no list
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
     for attempt in range(2):

@@ -416,29 +416,36 @@ def _text(content: Any, into: list[str]) -> None:
                 into.append(part)
 
 
+def _messages(messages: list[Any], parts: list[str]) -> None:
+    append = parts.append
+    for message in messages:
+        if isinstance(message, dict):
+            role = message.get("role")
+            append(role if isinstance(role, str) else "")
+            content = message.get("content")
+            if content.__class__ is str:
+                append(content)
+            else:
+                _text(content, parts)  # content parts (or a str of a subclass)
+
+
 def prompt_text(body: dict[str, Any]) -> str:
     """The text a request's prompt starts with, in the order an engine sees it (system first), for prefix hashing.
 
     Chat and Anthropic `messages` (with Anthropic's top-level `system`), a completion's `prompt`, a response's
     `instructions` and `input`; other bodies have none."""
     parts: list[str] = []
+    messages = body.get("messages")
+    if type(messages) is list and "system" not in body and "instructions" not in body and "prompt" not in body and "input" not in body:
+        _messages(messages, parts)  # a chat body, the most common: no lookup for each field it lacks
+        return "\n".join(parts)
     get = body.get
-    for field_ in ("system", "instructions"):  # absent from most bodies: no call for them
+    for field_ in ("system", "instructions"):
         content = get(field_)
         if content is not None:
             _text(content, parts)
-    messages = get("messages")
     if isinstance(messages, list):
-        append = parts.append
-        for message in messages:
-            if isinstance(message, dict):
-                role = message.get("role")
-                append(role if isinstance(role, str) else "")
-                content = message.get("content")
-                if isinstance(content, str):
-                    append(content)
-                else:
-                    _text(content, parts)
+        _messages(messages, parts)
     prompt = get("prompt")
     if isinstance(prompt, str):
         parts.append(prompt)

@@ -59,6 +59,7 @@ class Records:
         self.nc = nc
         self.router = router
         self.sample = sample
+        self.every = sample >= 1.0  # every request recorded: `wanted` need not be asked (the default)
         self.subject = f"{ROUTING_PREFIX}.{encode_token(router)}"
         self.buffer: list[RoutingRecord] = []
         self.dropped = 0
@@ -97,11 +98,14 @@ class Records:
             self.published += len(batch)
 
     async def run(self) -> None:
-        """Flush every FLUSH_SECONDS or when a batch is full, until stopped; then once more."""
+        """Flush every FLUSH_SECONDS or when a batch is full, until stopped; then once more. The quarter second is a
+        timer that sets the same event a full batch sets: no timeout cancelling the wait, and raising, four times a
+        second."""
+        loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(FLUSH_SECONDS):
-                    await self._full.wait()
+            timer = loop.call_later(FLUSH_SECONDS, self._full.set)
+            await self._full.wait()
+            timer.cancel()
             self._full.clear()
             await self.flush()
         await self.flush()

@@ -92,6 +92,21 @@ def test_prompt_text_puts_the_system_first() -> None:
     assert policy.prompt_text({"input": ["a", "b"]}) == "a\nb"
 
 
+def test_a_chat_bodys_text_is_its_messages_in_order_whatever_their_content() -> None:
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            "not a message",
+            {"content": "no role"},
+            {"role": "user", "content": parts},
+        ],
+    }
+    assert policy.prompt_text(body) == "system\nbe brief\n\nno role\nuser\nlook"
+    assert policy.prompt_text({**body, "prompt": "also"}) == "system\nbe brief\n\nno role\nuser\nlook\nalso"  # not a chat body alone
+
+
 @pytest.mark.parametrize(
     ("env", "problem"),
     [
