@@ -155,11 +155,12 @@ def start_jetway(
     *,
     wrap: list[str] | None = None,
     timeout: float = 120.0,
+    members: int = 1,
 ) -> tuple[int, int]:
-    """`jetway up` of the tree at `tree`, pinned to core 0, with one member on the fast upstream; its router's port once it
-    serves the member, and its process id. Run as `python -m cli.main` from `tree`, so that tree's modules are the ones
-    imported; `env` adds settings (JETWAY_ROUTER_*); `wrap` runs it under another command (valgrind, say), given
-    `timeout` seconds to serve."""
+    """`jetway up` of the tree at `tree`, pinned to core 0, with `members` members (one by default) on the fast upstream;
+    its router's port once it serves them, and its process id. Run as `python -m cli.main` from `tree`, so that tree's
+    modules are the ones imported; `env` adds settings (JETWAY_ROUTER_*); `wrap` runs it under another command
+    (valgrind, say), given `timeout` seconds to serve."""
     api_port, router_port = free_port(), free_port()
     command = [
         sys.executable,
@@ -183,26 +184,28 @@ def start_jetway(
     while not (data / "jetway.json").exists() and time.monotonic() < written:  # written beside the API's start
         time.sleep(0.1)
     token = json.loads((data / "jetway.json").read_text())["token"]
-    member = {
-        "apiVersion": "airdress.co/v1alpha1",
-        "kind": "InferencePoolMember",
-        "metadata": {"name": "bench"},
-        "spec": {"backend": "vllm-openai", "url": f"http://127.0.0.1:{upstream_port}", "models": [{"name": "m"}]},
-    }
-    urllib.request.urlopen(
-        urllib.request.Request(
-            f"http://127.0.0.1:{api_port}/v1/apply",
-            data=json.dumps(member).encode(),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    for i in range(members):
+        member = {
+            "apiVersion": "airdress.co/v1alpha1",
+            "kind": "InferencePoolMember",
+            "metadata": {"name": "bench" if i == 0 else f"bench-{i + 1}"},
+            "spec": {"backend": "vllm-openai", "url": f"http://127.0.0.1:{upstream_port}", "models": [{"name": "m"}]},
+        }
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"http://127.0.0.1:{api_port}/v1/apply",
+                data=json.dumps(member).encode(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            )
         )
-    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with urllib.request.urlopen(f"http://127.0.0.1:{router_port}/v1/models", timeout=timeout) as response:
-            if json.loads(response.read())["data"]:
+            listed = json.loads(response.read())["data"]
+            if listed and len(listed[0].get("members", [])) >= members:
                 return router_port, process.pid
         time.sleep(0.1)
-    raise RuntimeError(f"the router of {tree} did not serve the member in {timeout:.0f} s")
+    raise RuntimeError(f"the router of {tree} did not serve its {members} member(s) in {timeout:.0f} s")
 
 
 def measure(url: str, script: Path, connections: int, seconds: int, pid: int | None = None) -> dict[str, Any]:

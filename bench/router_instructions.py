@@ -2,11 +2,13 @@
 with the machine, where CPU time per request on this VM moves by 15% between rounds (docs/router.md).
 
     .venv/bin/python -m bench.router_instructions [--seconds 20] [--connections 10] [--baseline-ref REF] [--json FILE]
-                                                  [--keep DIR]
+                                                  [--keep DIR] [--members N] [--prompt-chars N]
 
 Each variant (bench/router_parts.py's VARIANTS; with `--baseline-ref`, also that commit's default, exported with
 git archive) is a `jetway up` under `valgrind --tool=callgrind --instr-atstart=no`, one member on the fast upstream
-(bench/fast_upstream.py). Nothing is counted while it starts and warms up. Then counting is switched on
+(bench/fast_upstream.py), a trivial prompt (`--members 2 --prompt-chars 2000`: two members the policy chooses between,
+and a shared 2,000-character system prompt, so that prefix-cache routing hashes the prompt as records do). Nothing is
+counted while it starts and warms up. Then counting is switched on
 (`callgrind_control -i on`) for `--seconds` with no load: what runs by the clock (probes, flush timers, the replicas'
 counts), written out by `callgrind_control -d`; then wrk sends plain chat completions for `--seconds` with
 `--connections` connections, counting is switched off, and the process is stopped, which writes that count.
@@ -48,12 +50,20 @@ def counted(out_file: Path) -> int:
 
 
 def measure(
-    tree: Path, data: Path, upstream_port: int, env: dict[str, str], out_file: Path, script: Path, seconds: int, connections: int
+    tree: Path,
+    data: Path,
+    upstream_port: int,
+    env: dict[str, str],
+    out_file: Path,
+    script: Path,
+    seconds: int,
+    connections: int,
+    members: int = 1,
 ) -> dict[str, Any]:
     processes: list[subprocess.Popen[bytes]] = []
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_file}"]
     try:
-        port, pid = start_jetway(tree, data, upstream_port, processes, env, wrap=valgrind, timeout=600)
+        port, pid = start_jetway(tree, data, upstream_port, processes, env, wrap=valgrind, timeout=600, members=members)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wrk(url, script, 1, 5)  # warm up, not counted
         began = time.monotonic()
@@ -81,7 +91,19 @@ def measure(
     }
 
 
-def main(seconds: int, connections: int, baseline_ref: str | None = None, keep: Path | None = None) -> dict[str, Any]:
+def body_of(prompt_chars: int) -> dict[str, Any]:
+    """The requests' body: bench/router.py's trivial one, or with a system prompt of `prompt_chars` characters (the same
+    in every request, as a deployment's shared system prompt is)."""
+    if not prompt_chars:
+        return BODY
+    system = ("You answer questions about the company's products, politely and briefly, citing the manual. " * 100)[:prompt_chars]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say hello."}]
+    return {**BODY, "messages": messages}
+
+
+def main(
+    seconds: int, connections: int, baseline_ref: str | None = None, keep: Path | None = None, members: int = 1, prompt_chars: int = 0
+) -> dict[str, Any]:
     for tool in ("wrk", "valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed: apt-get install wrk valgrind")
@@ -89,10 +111,11 @@ def main(seconds: int, connections: int, baseline_ref: str | None = None, keep: 
     upstream: list[subprocess.Popen[bytes]] = []
     try:
         upstream_port = start_upstream(upstream)
-        script = lua(work / "plain.lua", BODY, {})
+        script = lua(work / "plain.lua", body_of(prompt_chars), {})
         rows: dict[str, dict[str, Any]] = {}
         for i, (name, tree, env) in enumerate(variant_trees(work, baseline_ref)):
-            rows[name] = measure(tree, work / f"jetway-{i}", upstream_port, env, work / f"callgrind-{i}.out", script, seconds, connections)
+            out_file = work / f"callgrind-{i}.out"
+            rows[name] = measure(tree, work / f"jetway-{i}", upstream_port, env, out_file, script, seconds, connections, members)
             row = rows[name]
             print(f"{name}: {row['net_per_request']:,} instructions a request net ({row['per_request']:,} raw)", flush=True)
             if keep is not None:
@@ -107,7 +130,14 @@ def main(seconds: int, connections: int, baseline_ref: str | None = None, keep: 
                 f"{name:<24}{row['net_per_request']:>10,}{row['ratio']:>10.3f}{row['per_request']:>10,}"
                 f"{row['clock_per_second']:>12,}{row['requests']:>10,}{row['errors']:>8}"
             )
-        return {"seconds": seconds, "connections": connections, "baseline_ref": baseline_ref, "rows": rows}
+        return {
+            "seconds": seconds,
+            "connections": connections,
+            "members": members,
+            "prompt_chars": prompt_chars,
+            "baseline_ref": baseline_ref,
+            "rows": rows,
+        }
     finally:
         stop_all(upstream)
         shutil.rmtree(work, ignore_errors=True)
@@ -120,7 +150,9 @@ if __name__ == "__main__":
     parser.add_argument("--baseline-ref", help="also count this commit's default (git archive of it)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--keep", type=Path, help="keep each variant's callgrind file in this folder (callgrind-N.out, in order)")
+    parser.add_argument("--members", type=int, default=1, help="members of the model, all on the fast upstream (2+: the policy chooses)")
+    parser.add_argument("--prompt-chars", type=int, default=0, help="a system prompt of this many characters in every request")
     args = parser.parse_args()
-    found = main(args.seconds, args.connections, args.baseline_ref, args.keep)
+    found = main(args.seconds, args.connections, args.baseline_ref, args.keep, args.members, args.prompt_chars)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n")
