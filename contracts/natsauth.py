@@ -30,7 +30,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
-from contracts.routing import INFLIGHT_PREFIX, PLACEMENT_PREFIX, ROUTING_PREFIX, ROUTING_STREAM
+from contracts.routing import INFLIGHT_PREFIX, PLACE_PREFIX, PLACEMENT_PREFIX, ROUTING_PREFIX, ROUTING_STREAM
 from contracts.subjects import (
     BINDING,
     DLQ_PREFIX,
@@ -124,6 +124,12 @@ def routing_subjects(*, write: bool) -> tuple[str, ...]:
     )
 
 
+def inbox_prefix(user: str) -> str:
+    """The reply-subject prefix a user's client takes (nats-py's `inbox_prefix`): replies to one
+    service reach only that service."""
+    return f"_INBOX.{user}"
+
+
 SERVICES: tuple[ServiceUser, ...] = (
     ServiceUser(
         "watcher",
@@ -158,9 +164,11 @@ SERVICES: tuple[ServiceUser, ...] = (
             *routing_subjects(write=False),  # the recent records, read at start (services/router/learn.py)
             f"{PLACEMENT_PREFIX}.>",  # where each request went, told to the other replicas
             f"{INFLIGHT_PREFIX}.>",  # its requests in flight per member, for the other replicas' load terms
+            f"{PLACE_PREFIX}.>",  # a new conversation's decision, asked of the placer replica
+            f"{inbox_prefix('router')}.>",  # the placer's answer, to the asking replica's inbox (the same user)
         ),
-        # the other replicas' placements (where prefixes and sessions went) and load (who they are)
-        subscribes=(f"{PLACEMENT_PREFIX}.>", f"{INFLIGHT_PREFIX}.>"),
+        # the other replicas' placements (where prefixes and sessions went) and load (who they are); the placer's asks
+        subscribes=(f"{PLACEMENT_PREFIX}.>", f"{INFLIGHT_PREFIX}.>", f"{PLACE_PREFIX}.>"),
     ),
     ServiceUser("gateway", ("gateway",), (Writes(GATEWAY, ("ModelDeployment", "Gateway")),)),  # Gateways: their admission
     ServiceUser("binding", ("binding",), (Writes(BINDING, ("AgentDeployment", "AgentProviderConfig")),)),
@@ -177,12 +185,6 @@ def service_user(user: str) -> ServiceUser:
         if found.user == user:
             return found
     raise KeyError(user)
-
-
-def inbox_prefix(user: str) -> str:
-    """The reply-subject prefix a user's client takes (nats-py's `inbox_prefix`): replies to one
-    service reach only that service."""
-    return f"_INBOX.{user}"
 
 
 def facet_subjects(service: ServiceUser) -> list[str]:

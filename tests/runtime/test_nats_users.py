@@ -7,6 +7,7 @@ tests/kube/test_least_privilege.py, which runs every service as its own user."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -152,3 +153,43 @@ def test_every_service_may_write_only_its_own_facets() -> None:
                 writers.setdefault(subject, []).append(service.user)
     assert {s: w for s, w in writers.items() if len(w) > 1} == {}
     assert "jetway.evt.*.modeldeployment.*.*.workload" not in permissions(service_user("selector"))["publish"]
+
+
+async def test_router_replicas_as_the_router_user_tell_count_and_ask_the_placer(open_as: OpenAs) -> None:
+    """The router's rights cover what its replicas say to each other (services/router/learn.py): counts, placements,
+    and a new conversation asked of the placer and answered to the asker's inbox."""
+    from contracts.poolmember import InferencePoolMemberSpec
+    from contracts.routing import ROUTING_PREFIX
+    from services.router import policy
+    from services.router.learn import Learner
+    from services.router.projection import Member, Members
+    from testbed.waiting import eventually
+
+    def team() -> Members:
+        found = Members()
+        spec = InferencePoolMemberSpec.model_validate({"backend": "vllm-openai", "url": "http://10.0.0.1:8000", "models": [{"name": "m"}]})
+        for name in ("a", "b"):
+            key = Key("InferencePoolMember", "", name)
+            found.items[key] = Member(key, 1, spec)
+            found.by_model.setdefault("m", set()).add(key)
+        return found
+
+    settings_ = policy.Settings()
+    replicas = [
+        Learner(await open_as("router"), f"{ROUTING_PREFIX}.{name}", team(), policy.Memory.of(settings_), settings_) for name in "pq"
+    ]
+    for replica in replicas:
+        await replica.start(0)
+    sharing = [asyncio.create_task(replica.share_load()) for replica in replicas]
+    placer, asker = replicas
+    try:
+        await eventually(lambda: asker.placer() == "p", timeout=10, message="q hears p, the placer")
+        prompt = policy.Prompt({"messages": [{"role": "user", "content": "a new conversation " * 20}]}, None)
+        placed = await asker.place("m", asker.members.declaring("m"), prompt, settings_)
+        assert placed is not None and placed[2] == "p" and placer.placed == 1
+        member, _, _ = placed
+        assert placer.members.traffic_of(member.key).others == 1, "the placer counts it as q's request in flight"
+    finally:
+        for replica in replicas:
+            await replica.stop()
+        await asyncio.wait(sharing, timeout=5)
