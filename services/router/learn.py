@@ -23,7 +23,14 @@ counts to its own (`Traffic.others`), so the load terms of the policies and the 
 deployment's traffic, at most a tenth of a second old; a replica silent for
 half a second (killed) counts for nothing.
 
-`learn` and `others` are the folds (no I/O); `Learner` is the subscriptions, the telling and the start-up read.
+A new conversation (no replica routed a turn of it lately: `new`) is not decided blind: replicas deciding a burst
+of them at once, each before the others' placements arrive, spread them unevenly. Its first decision is the
+placer's (`placer_of`: the least-named replica alive), asked over NATS request and reply (`place`); the placer
+decides in turn with its own requests (`_asked`), counts it for the asker, tells the others and answers. A starting
+replica says its counts and waits for its peers' first answer before it serves (`listen`), so it knows whom to ask.
+
+`learn`, `others` and `placer_of` are pure; `Learner` is the subscriptions, the telling, the asking and the start-up
+read.
 """
 
 from __future__ import annotations
@@ -159,7 +166,7 @@ class Learner:
         self._turns: OrderedDict[int, tuple[Key, str, float]] = OrderedDict()
         self.token = own_subject.removeprefix(ROUTING_PREFIX + ".")
         self.own_place = f"{PLACE_PREFIX}.{self.token}"
-        self._seen: dict[int, None] = {}  # the latest turns of conversations (`saw`), oldest first: a turn is not new
+        self._seen: OrderedDict[int, None] = OrderedDict()  # the latest turns of conversations (`saw`), oldest first
         self._suspects: dict[str, float] = {}  # a placer that did not answer → when (`placer_of`)
         self.placed = 0  # new conversations this replica decided for the others (tests and metrics read it)
 
@@ -205,10 +212,10 @@ class Learner:
         if turn is None:
             return
         seen = self._seen
-        seen.pop(turn, None)
         seen[turn] = None
+        seen.move_to_end(turn)
         if len(seen) > SEEN:
-            del seen[next(iter(seen))]
+            seen.popitem(last=False)  # O(1), where a dict's first key is found past every one deleted before it
 
     def new(self, prompt: policy.Prompt, settings: policy.Settings) -> bool:
         """Whether a prompt starts a conversation no replica has routed a turn of lately (`saw`): by its session when it
