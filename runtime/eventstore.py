@@ -224,7 +224,10 @@ class EventStore:
                 if await reader.start() == 0:
                     return 0
                 while True:
-                    for message in await reader.next_batch():
+                    batch = await reader.next_batch(idle=1.0)
+                    if not batch and await reader.drained():
+                        return last  # what was counted went meanwhile (a purge): nothing more will come
+                    for message in batch:
                         seq = message.seq
                         if seq > end or (until_ns is not None and message.stored_ns > until_ns):
                             return last

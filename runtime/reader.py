@@ -227,8 +227,21 @@ class OrderedReader:
             _, reply = self._flow.pop(0)
             await self.nc.publish(reply)
 
-    async def next_batch(self, limit: int = 0) -> list[Message]:
-        """Wait for at least one event, then take what has arrived (at most `limit`, when given)."""
+    async def drained(self) -> bool:
+        """Whether the consumer has nothing left to send and all it sent has arrived.
+
+        What `start()` counted can go before it is delivered (the watcher purges a deleted resource's history): a
+        caller reading to the end asks this when nothing comes, rather than wait for events that are gone."""
+        if self._buffer or self._broken is not None or not self.consumer:
+            return False
+        info = await self.js.consumer_info(self.stream, self.consumer)
+        return int(info.num_pending or 0) == 0 and int(info.delivered.consumer_seq or 0) == self._cseq
+
+    async def next_batch(self, limit: int = 0, *, idle: float | None = None) -> list[Message]:
+        """Wait for at least one event, then take what has arrived (at most `limit`, when given).
+
+        With `idle`, an empty list when nothing has arrived for that long (ask `drained()` then)."""
+        deadline = None if idle is None else asyncio.get_running_loop().time() + idle
         while not self._buffer:
             await self._answer_flow()
             if self._broken is not None:
@@ -237,12 +250,15 @@ class OrderedReader:
                 await self._make()
                 continue
             self._wake.clear()
+            silent = asyncio.get_running_loop().time() + 2 * self.heartbeat
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancellation that meets the wake-up, and
                 # a runner cancelled while its reader waited then never ended (a replica's stop hung the suite)
-                async with asyncio.timeout(2 * self.heartbeat):
+                async with asyncio.timeout_at(silent if deadline is None else min(silent, deadline)):
                     await self._wake.wait()
             except TimeoutError:
+                if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                    return []
                 self._broken = f"nothing for {2 * self.heartbeat:g} s, not even a heartbeat"
         if limit and len(self._buffer) > limit:
             batch = self._buffer[:limit]

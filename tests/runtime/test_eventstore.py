@@ -17,6 +17,7 @@ from contracts.subjects import Key, decode_token, encode_token, parse_subject
 from runtime.bus import EVENTS_STREAM, ensure_streams
 from runtime.eventstore import Conflict, EventStore, Undecodable
 from runtime.reader import Message, OrderedReader
+from testbed.waiting import within
 
 MEMBER = Key("InferencePoolMember", "", "gpu-a")
 
@@ -238,3 +239,21 @@ async def test_the_reader_makes_a_lost_consumer_again_from_the_last_event_kept(s
         await reader.close()
     assert reader.remade >= 1
     assert seqs == list(range(1, 401)), "in order, nothing lost, nothing twice"
+
+
+async def test_a_scan_ends_when_the_events_it_was_to_read_are_purged_while_it_reads(store: EventStore) -> None:
+    """The watcher purges a deleted resource's history while `jetway events` (or a test) may be reading it: what the
+    reader's consumer counted when it was made is gone, and the scan ends with what arrived (CI hung here 120 s)."""
+    await _publish_many(store, 2000, size=4000)  # 8 MB: past a flow-control window, so most is still in the server
+    purge: list[asyncio.Task[object]] = []
+    seqs: list[int] = []
+
+    def take(item: object) -> None:
+        seqs.append(item.seq)  # type: ignore[attr-defined]
+        if not purge:
+            purge.append(asyncio.ensure_future(store.js.purge_stream(EVENTS_STREAM, subject="jetway.evt.>")))
+
+    await within(store.scan("jetway.evt.>", take), timeout=30)
+    await purge[0]
+    assert 0 < len(seqs) < 2000, "the scan read some, then ended at what was left"
+    assert seqs == list(range(1, len(seqs) + 1)), "in order, nothing twice"
