@@ -462,7 +462,10 @@ class Learner:
                 if await reader.start() == 0:
                     return
                 while True:
-                    for message in await reader.next_batch():
+                    batch = await reader.next_batch(idle=1.0)
+                    if not batch and await reader.drained():
+                        return  # what it counted aged out of the stream meanwhile
+                    for message in batch:
                         if message.seq > end:
                             return
                         with contextlib.suppress(msgspec.DecodeError):
