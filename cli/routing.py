@@ -111,8 +111,8 @@ async def read(url: str, since: Point, until: Point) -> list[RoutingRecord]:
             async with asyncio.timeout(300):
                 if await reader.start() == 0:
                     return records
-                while True:
-                    for message in await reader.next_batch():
+                async for batch in reader.to_end():  # what it counted can age out of the stream meanwhile
+                    for message in batch:
                         if message.seq > end or (until_ns is not None and message.stored_ns > until_ns):
                             return records
                         try:
@@ -121,6 +121,7 @@ async def read(url: str, since: Point, until: Point) -> list[RoutingRecord]:
                             print(f"# an unreadable batch at sequence {message.seq}: skipped", file=sys.stderr)
                         if message.seq >= end or message.pending == 0:
                             return records
+                return records
         finally:
             await reader.close()
     finally:

@@ -223,10 +223,7 @@ class EventStore:
             async with asyncio.timeout(timeout):
                 if await reader.start() == 0:
                     return 0
-                while True:
-                    batch = await reader.next_batch(idle=1.0)
-                    if not batch and await reader.drained():
-                        return last  # what was counted went meanwhile (a purge): nothing more will come
+                async for batch in reader.to_end():  # what was counted can go meanwhile (a purge)
                     for message in batch:
                         seq = message.seq
                         if seq > end or (until_ns is not None and message.stored_ns > until_ns):
@@ -238,6 +235,7 @@ class EventStore:
                         last = seq
                         if seq >= end or message.pending == 0:
                             return last
+                return last
         finally:
             await reader.close()
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -231,11 +231,21 @@ class OrderedReader:
         """Whether the consumer has nothing left to send and all it sent has arrived.
 
         What `start()` counted can go before it is delivered (the watcher purges a deleted resource's history): a
-        caller reading to the end asks this when nothing comes, rather than wait for events that are gone."""
+        caller reading to the end asks this when nothing comes, rather than wait for events that are gone (`to_end`)."""
         if self._buffer or self._broken is not None or not self.consumer:
             return False
         info = await self.js.consumer_info(self.stream, self.consumer)
         return int(info.num_pending or 0) == 0 and int(info.delivered.consumer_seq or 0) == self._cseq
+
+    async def to_end(self, idle: float = 1.0) -> AsyncIterator[list[Message]]:
+        """Batch after batch, until nothing has come for `idle` seconds and the consumer has nothing left to send: for
+        a caller reading to an end it counted, which may be purged or aged out before it is delivered."""
+        while True:
+            batch = await self.next_batch(idle=idle)
+            if batch:
+                yield batch
+            elif await self.drained():
+                return
 
     async def next_batch(self, limit: int = 0, *, idle: float | None = None) -> list[Message]:
         """Wait for at least one event, then take what has arrived (at most `limit`, when given).

@@ -153,15 +153,14 @@ async def read_window(nc: Client, start: int, end: int) -> list[tuple[int, bytes
     reader = OrderedReader(nc, ROUTING_STREAM, [f"{ROUTING_PREFIX}.>"], start_seq=start)
     got: list[tuple[int, bytes]] = []
     try:
-        pending = await reader.start()  # from `start` to the stream's end, when it was made
-        taken = 0
-        while taken < pending:
-            for message in await reader.next_batch():
-                taken += 1
+        if await reader.start() == 0:  # from `start` to the stream's end, when it was made
+            return got
+        async for batch in reader.to_end():  # what it counted can age out of the stream meanwhile
+            for message in batch:
                 if message.seq > end:
                     return got
                 got.append((message.seq, message.data))
-                if message.seq == end:
+                if message.seq == end or message.pending == 0:
                     return got
         return got
     finally:

@@ -461,10 +461,7 @@ class Learner:
             async with asyncio.timeout(60):
                 if await reader.start() == 0:
                     return
-                while True:
-                    batch = await reader.next_batch(idle=1.0)
-                    if not batch and await reader.drained():
-                        return  # what it counted aged out of the stream meanwhile
+                async for batch in reader.to_end():  # what it counted can age out of the stream meanwhile
                     for message in batch:
                         if message.seq > end:
                             return
