@@ -31,6 +31,8 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js import api
@@ -234,7 +236,13 @@ class OrderedReader:
         caller reading to the end asks this when nothing comes, rather than wait for events that are gone (`to_end`)."""
         if self._buffer or self._broken is not None or not self.consumer:
             return False
-        info = await self.js.consumer_info(self.stream, self.consumer)
+        try:
+            info = await self.js.consumer_info(self.stream, self.consumer)
+        except nats.js.errors.NotFoundError:
+            self._broken = "the consumer is gone (NATS restarted)"  # made again from the last event kept: not the end
+            return False
+        except (nats.errors.Error, OSError, TimeoutError):
+            return False  # NATS away: the heartbeats' silence makes the consumer again once it is back
         return int(info.num_pending or 0) == 0 and int(info.delivered.consumer_seq or 0) == self._cseq
 
     async def to_end(self, idle: float = 1.0) -> AsyncIterator[list[Message]]:

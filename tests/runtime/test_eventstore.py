@@ -257,3 +257,24 @@ async def test_a_scan_ends_when_the_events_it_was_to_read_are_purged_while_it_re
     await purge[0]
     assert 0 < len(seqs) < 2000, "the scan read some, then ended at what was left"
     assert seqs == list(range(1, len(seqs) + 1)), "in order, nothing twice"
+
+
+async def test_a_scan_whose_consumer_is_lost_while_it_reads_goes_on_from_the_last_event_kept(store: EventStore) -> None:
+    """As a NATS restart loses the reader's in-memory consumer: asking whether it has anything left must not end the scan
+    with an error, nor end it early; the consumer is made again and every event arrives once, in order."""
+    await _publish_many(store, 2000, size=4000)  # past a flow-control window: most is still in the server when it goes
+    lost: list[asyncio.Task[None]] = []
+    seqs: list[int] = []
+
+    async def lose_every_consumer() -> None:
+        for info in await store.js.consumers_info(EVENTS_STREAM):
+            await store.js.delete_consumer(EVENTS_STREAM, info.name)
+
+    def take(item: object) -> None:
+        seqs.append(item.seq)  # type: ignore[attr-defined]
+        if not lost:
+            lost.append(asyncio.ensure_future(lose_every_consumer()))
+
+    await within(store.scan("jetway.evt.>", take), timeout=60)
+    await lost[0]
+    assert seqs == list(range(1, 2001)), "in order, nothing lost, nothing twice"
