@@ -1,16 +1,17 @@
 """Leases: which replica of a service holds which partitions, in a NATS KV bucket (`jetway-leases`).
 
 Every replica of one service (a lease *group*: `selector`, `watcher`, ...) runs one `Leases`, which
-every `interval` seconds (a *tick*):
+every `interval` seconds:
 
-1. renews its membership key `<group>.replica.<id>` (a plain put);
-2. renews each lease it holds, `<group>.lease.<partition>`, with a revision-guarded update: a lease whose
-   revision moved (it expired and another replica took it) is lost, and given up at once;
-3. reads the group's keys (the last value of each: expired ones are gone) and works out its fair share,
-   `ceil(partitions / live replicas)`; it releases leases above that share (its duty stopped first, then the
-   key deleted, so another replica takes it on its next tick) and takes free ones below it (`create`, which
-   fails when another replica got there first), trying them in an order of its own (rendezvous hashing), so
-   replicas starting together do not all reach for the same ones.
+1. renews its membership key `<group>.replica.<id>` (a plain put) and each lease it holds,
+   `<group>.lease.<partition>`, with a revision-guarded update, all at once: a lease whose revision moved (it
+   expired and another replica took it) is lost, and given up at once;
+2. on a clock of its own (a *tick*, so that a slow read of the group cannot hold the renewals up), reads the
+   group's keys (the last value of each, in one direct get: expired ones are gone) and works out its fair
+   share, `ceil(partitions / live replicas)`; it releases leases above that share (its duty stopped first,
+   then the key deleted, so another replica takes it on its next tick) and takes free ones below it
+   (`create`, which fails when another replica got there first), trying them in an order of its own
+   (rendezvous hashing), so replicas starting together do not all reach for the same ones.
 
 The bucket's `max_age` is the lease TTL, so a key that is not renewed disappears by itself: a replica that
 dies gives its partitions up within the TTL, and the others take them on their next tick. A replica stops
@@ -22,9 +23,9 @@ same rate, not agree.
 What a lease guards is a duty, started by `on_gain(partition)` (which must return at once: start a task) and
 stopped by `on_loss(partition)`. A release stops the duty beside the renewals, which go on meanwhile so the
 lease cannot lapse while the duty winds down; the first tick after it ended deletes the key. Every write to the
-bucket is the tick's, one at a time. JetStream's expected-last-subject-sequence remains the safety net under
-all of it: a replica that acts after losing a lease (a paused process) has its decision refused by the facet's
-guard.
+bucket is one per key at a time: a key's renewal and its delete take turns. JetStream's
+expected-last-subject-sequence remains the safety net under all of it: a replica that acts after losing a lease
+(a paused process) has its decision refused by the facet's guard.
 
 One mechanism, keyed by any string, serves every service that shares work between replicas: a service's shards
 (runtime/replica.py: a key is a partition, the duty its runner), the router (a key is a partition, the duty its
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import math
 import socket
@@ -46,6 +48,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import nats.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -172,6 +175,7 @@ class Leases:
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._pending: set[asyncio.Task[None]] = set()  # duties being stopped
         self._releasing: dict[str, asyncio.Task[None]] = {}  # partition → its duty being stopped, for a release
+        self._writes = asyncio.Lock()  # the renewals, and the deletes of released keys
 
     def key(self, partition: str) -> str:
         return f"{self.group}.lease.{encode_token(partition)}"
@@ -202,109 +206,159 @@ class Leases:
         if status.ttl:
             self.ttl = float(status.ttl)
         metrics.watch_leases(self, self.group, self.held_count)  # a lease group is a service (its name)
+        # renewals on a clock of their own: a slow read of the group (a busy server) must not hold them up
+        renewing = asyncio.create_task(self._every_interval(self.renew, "renewal", None), name=f"{self.group}-renewals")
         try:
-            while not self._stopping.is_set():
-                started = time.monotonic()
-                try:
-                    await self.tick()
-                except (TimeoutError, nats.errors.Error, APIError) as exc:
-                    log.info("lease tick of %s failed (%s); trying again", self.group, type(exc).__name__)
-                # asyncio.timeout, not wait_for: a cancellation wait_for lost here would keep a stopped replica ticking
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, self.ttl / 4 - (time.monotonic() - started))):
-                        await self._stopping.wait()
+            await self._every_interval(self.balance, "tick", self._stopping)
         finally:
             try:
-                await self.release_all()
+                await self.release_all(renewing)
             finally:
+                renewing.cancel()
                 metrics.unwatch(self)
+
+    async def _every_interval(self, work: Callable[[], Awaitable[None]], what: str, until: asyncio.Event | None) -> None:
+        """`work` every interval until `until` is set (or, without one, until cancelled)."""
+        while until is None or not until.is_set():
+            started = time.monotonic()
+            try:
+                await work()
+            except (TimeoutError, nats.errors.Error, APIError) as exc:
+                log.info("lease %s of %s failed (%s); trying again", what, self.group, type(exc).__name__)
+            left = max(0.0, self.ttl / 4 - (time.monotonic() - started))
+            if until is None:
+                await asyncio.sleep(left)
+                continue
+            # asyncio.timeout, not wait_for: a cancellation wait_for lost here would keep a stopped replica ticking
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await until.wait()
 
     def stop(self) -> None:
         self._stopping.set()
 
     async def tick(self) -> None:
-        """One round (the module's docstring). Every write to the bucket happens here, one at a time: a duty
-        being stopped for a release runs beside it, and its key is deleted by the first tick after it ended."""
+        """One round: renewals, then the group's balance (the module's docstring)."""
+        await self.renew()
+        await self.balance()
+
+    async def renew(self) -> None:
+        """The membership and every lease held, at once: one round trip, not one per lease (a replica holding
+        nine leases on a starved event loop took longer than a lease lasts, renewing them in turn)."""
         kv = self._kv
         assert kv is not None
-        sent = time.monotonic()
-        await kv.put(self.member_key, b"")
-        for partition, held in list(self.held.items()):
-            try:
-                revision = await kv.update(self.key(partition), self.replica.encode(), last=held.revision)
-            except KeyWrongLastSequenceError:
-                reclaimed = await self._own_renewal(kv, partition)
-                if reclaimed is None:
-                    log.warning("lease %s/%s of %s was taken over: giving it up", self.group, partition, self.replica)
-                    self._lose(partition)
-                    continue
-                revision = reclaimed
-            if partition in self.held:  # not lost meanwhile (its deadline passed while this update was out)
-                self._hold(partition, revision, sent)
-        for partition, stopping in list(self._releasing.items()):
-            if stopping.done():  # its duty ended: the key goes, for another replica to take
-                del self._releasing[partition]
-                dropped = self._drop(partition)
-                if dropped is not None:
-                    with contextlib.suppress(KeyWrongLastSequenceError):
-                        await kv.delete(self.key(partition), last=dropped.revision)
-                    log.info("lease %s/%s released by %s", self.group, partition, self.replica)
+        async with self._writes:
+            sent = time.monotonic()
+            done = await asyncio.gather(
+                kv.put(self.member_key, b""),
+                *(self._renew(kv, partition, held.revision, sent) for partition, held in list(self.held.items())),
+                return_exceptions=True,
+            )
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome  # every renewal has ended: the next one starts from what landed
+
+    async def balance(self) -> None:
+        """Deletes the keys of releases whose duty ended, reads the group and takes or releases towards this
+        replica's share. Takes go out together; a duty being stopped for a release runs beside the renewals."""
+        kv = self._kv
+        assert kv is not None
+        async with self._writes:  # a key's delete and its renewal one at a time
+            for partition, stopping in list(self._releasing.items()):
+                if stopping.done():  # its duty ended: the key goes, for another replica to take
+                    del self._releasing[partition]
+                    dropped = self._drop(partition)
+                    if dropped is not None:
+                        with contextlib.suppress(KeyWrongLastSequenceError):
+                            await kv.delete(self.key(partition), last=dropped.revision)
+                        log.info("lease %s/%s released by %s", self.group, partition, self.replica)
         view = await self.read()
         release, take = plan(view, self.replica, [p for p in self.held if p not in self._releasing], self.partitions)
         for partition in release:
             self._releasing[partition] = self._spawn(self._stop_duty(partition))
-        for partition in take:
-            sent = time.monotonic()
-            current = view.holders.get(partition)
-            try:
-                if current is not None:  # our own, from before a restart under the same name
-                    revision = await kv.update(self.key(partition), self.replica.encode(), last=current[1])
-                else:
-                    revision = await kv.create(self.key(partition), self.replica.encode())
-            except KeyWrongLastSequenceError:
-                continue  # another replica took it first
-            self._hold(partition, revision, sent)
-            log.info("lease %s/%s taken by %s", self.group, partition, self.replica)
-            if self.on_gain is not None:
-                await self.on_gain(partition)
+        await asyncio.gather(*(self._take(kv, partition, view.holders.get(partition)) for partition in take))
         self.ticks += 1
         if not release and not take and not self._releasing and balanced(view, self.replica, set(self.held), self.partitions):
             self.settled.set()
 
+    async def _take(self, kv: KeyValue, partition: str, current: tuple[str, int] | None) -> None:
+        sent = time.monotonic()
+        try:
+            if current is not None:  # our own, from before a restart under the same name
+                revision = await kv.update(self.key(partition), self.replica.encode(), last=current[1])
+            else:
+                revision = await kv.create(self.key(partition), self.replica.encode())
+        except KeyWrongLastSequenceError:
+            return  # another replica took it first
+        self._hold(partition, revision, sent)
+        log.info("lease %s/%s taken by %s", self.group, partition, self.replica)
+        if self.on_gain is not None:
+            await self.on_gain(partition)
+
+    async def _renew(self, kv: KeyValue, partition: str, revision: int, sent: float) -> None:
+        try:
+            revision = await kv.update(self.key(partition), self.replica.encode(), last=revision)
+        except KeyWrongLastSequenceError:
+            reclaimed = await self._own_renewal(kv, partition)
+            if reclaimed is None:
+                log.warning("lease %s/%s of %s was taken over: giving it up", self.group, partition, self.replica)
+                self._lose(partition)
+                return
+            revision = reclaimed
+        if partition in self.held:  # not lost meanwhile (its deadline passed while this update was out)
+            self._hold(partition, revision, sent)
+
     async def read(self) -> View:
-        """The group's keys now: an ordered consumer delivering the last message of each (expired keys are gone)."""
+        """The group's keys now: one batched direct get of the last message of each (expired keys are gone).
+
+        A direct get is answered by the stream's servers themselves, not queued behind the JetStream API as
+        making a consumer is: when every shard of a starting replica makes its consumers at once, a view read
+        through a consumer of its own waited seconds, longer than a lease lasts (a replica may then read a view
+        a few milliseconds old from a follower, which its next tick corrects: a take is a `create`, refused
+        where the key is another's)."""
         prefix = f"$KV.{BUCKET}."
         holders: dict[str, tuple[str, int]] = {}
         replicas: set[str] = set()
         lease_prefix, member_prefix = f"{self.group}.lease.", f"{self.group}.replica."
         tokens = {encode_token(p): p for p in self.partitions}
-        sub = await self.js.subscribe(
-            f"{prefix}{self.group}.>", stream=STREAM, ordered_consumer=True, deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
-        )
-        try:
-            info = await sub.consumer_info()
-            # what the consumer has for us: still on the server, and already pushed into this client's buffer
-            # (num_pending alone is 0 once the server has pushed every key, which read as an empty group)
-            remaining = (info.num_pending or 0) + (info.delivered.consumer_seq or 0 if info.delivered else 0)
-            while remaining > 0:
-                msg = await sub.next_msg(timeout=5)
-                remaining = msg.metadata.num_pending or 0
-                key = msg.subject[len(prefix) :]
-                deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in (msg.headers or {})
-                if deleted:
-                    continue
-                if key.startswith(lease_prefix) and key[len(lease_prefix) :] in tokens:
-                    holders[tokens[key[len(lease_prefix) :]]] = (msg.data.decode(), msg.metadata.sequence.stream)
-                elif key.startswith(member_prefix):
-                    replicas.add(key[len(member_prefix) :])
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        for msg in await self._last_of_each(f"{prefix}{self.group}.>"):
+            headers = msg.headers or {}
+            if headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
+                continue
+            key = headers.get("Nats-Subject", "")[len(prefix) :]
+            if key.startswith(lease_prefix) and key[len(lease_prefix) :] in tokens:
+                holders[tokens[key[len(lease_prefix) :]]] = (msg.data.decode(), int(headers["Nats-Sequence"]))
+            elif key.startswith(member_prefix):
+                replicas.add(key[len(member_prefix) :])
         me = encode_token(self.replica)
         return View(
             {p: (self.replica if h == self.replica else h, rev) for p, (h, rev) in holders.items()},
             frozenset(self.replica if r == me else r for r in replicas),
         )
+
+    async def _last_of_each(self, subjects: str, timeout: float = 5.0) -> list[Msg]:
+        """The last message of each subject matching `subjects`: a batch direct get (ADR-31 `multi_last`), whose
+        answers end with a 204 (or are one 404 where there is none)."""
+        nc = self.js._nc
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        found: list[Msg] = []
+        try:
+            request = json.dumps({"multi_last": [subjects]}).encode()
+            await nc.publish(f"{self.js._prefix}.DIRECT.GET.{STREAM}", request, reply=inbox)
+            async with asyncio.timeout(timeout):
+                while True:
+                    msg = await sub.next_msg(timeout=timeout)
+                    status = (msg.headers or {}).get("Status")
+                    if status is None:
+                        found.append(msg)
+                    elif status in ("204", "404"):  # end of the batch; nothing there
+                        return found
+                    else:
+                        raise APIError(code=int(status), description=(msg.headers or {}).get("Description", ""))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     async def _own_renewal(self, kv: KeyValue, partition: str) -> int | None:
         """A renewal refused for its revision: if the key still names this replica, the revision was moved by its
@@ -363,13 +417,18 @@ class Leases:
         if self._drop(partition) is not None and partition not in self._releasing:
             self._spawn(self._stop_duty(partition))
 
-    async def release_all(self) -> None:
-        """Stopping: every duty ends, then every key goes (and the membership), so others take over at once."""
+    async def release_all(self, renewing: asyncio.Task[None] | None = None) -> None:
+        """Stopping: every duty ends (renewed meanwhile by `renewing`, so none lapses while it winds down), then
+        every key goes (and the membership), so others take over at once."""
         for partition in self.held:
             if partition not in self._releasing:
                 self._releasing[partition] = self._spawn(self._stop_duty(partition))
         await asyncio.gather(*self._releasing.values(), return_exceptions=True)
         await asyncio.gather(*self._pending, return_exceptions=True)
+        if renewing is not None:
+            renewing.cancel()
+            with contextlib.suppress(BaseException):
+                await renewing
         self._releasing.clear()
         for partition in list(self.held):
             held = self._drop(partition)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import cast
 
 import pytest
 from nats.aio.client import Client
@@ -21,6 +22,7 @@ from testbed.waiting import eventually
 from tests.support.nats import NatsEndpoint
 
 PARTS = tuple(ALL_PARTITIONS)
+Hook = Callable[[str], Awaitable[None]]
 TTL = 2.0
 
 
@@ -200,6 +202,40 @@ async def test_a_replica_that_stops_hands_its_partitions_over_at_once(nats: Nats
         view = await a.read()
         assert "b" not in {holder for holder, _ in view.holders.values()} and "b" not in view.replicas
         await eventually(lambda: shared_by(ledger, {"a"}), timeout=15, message="a holds everything")
+    assert ledger.overlaps == []
+
+
+async def test_a_stopping_replicas_leases_are_renewed_while_its_duties_wind_down(nats: NatsEndpoint) -> None:
+    """A duty that takes longer than the TTL to stop (a shard finishing its batch) keeps its lease meanwhile: no other
+    replica takes the partition before the duty ended (once, nothing renewed a stopping replica's leases, and the
+    keys expired under duties still running)."""
+    ledger = Ledger()
+    wound_down = asyncio.Event()
+    hooks = ledger.hooks("a")
+    gain, lose = cast(Hook, hooks["on_gain"]), cast(Hook, hooks["on_loss"])
+
+    async def slow_loss(partition: str) -> None:
+        await wound_down.wait()
+        await lose(partition)
+
+    nc = await connect(nats.url, name="a")
+    a = Leases(nc.jetstream(timeout=2), "test", PARTS, replica="a", settings=LeaseSettings(TTL), on_gain=gain, on_loss=slow_loss)
+    a_task = asyncio.create_task(a.run())
+    try:
+        await eventually(lambda: len(ledger.holder) == len(PARTS), timeout=15, message="a holds everything")
+        a.stop()
+        async with replica(nats.url, "b", ledger) as (b, _, _):
+            # b ticks every TTL / 4: eight ticks are two TTLs, time for a's keys to expire were they not renewed
+            await eventually(lambda: b.ticks >= 8, timeout=30, message="b ticked for two TTLs")
+            assert set(ledger.holder.values()) == {"a"} and b.holds() == set()
+            wound_down.set()
+            await asyncio.wait_for(a_task, 15)
+            await eventually(lambda: shared_by(ledger, {"b"}), timeout=15, message="b took everything once a's duties ended")
+    finally:
+        wound_down.set()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(a_task, 10)
+        await nc.close()
     assert ledger.overlaps == []
 
 
