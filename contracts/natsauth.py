@@ -232,7 +232,9 @@ def lease_subjects(service: ServiceUser) -> list[str]:
         # residual: a compromised service could change the bucket's settings (its TTL is read from there)
         *(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE", "MSG.GET")),
         f"$JS.API.DIRECT.GET.{stream}.>",  # a key's last value (nats-py's create reads a deleted key's revision)
-        f"$JS.API.DIRECT.GET.{stream}",  # the group's keys each tick, in one batch (the subjects are in the request)
+        f"$JS.API.CONSUMER.CREATE.{stream}",  # an ordered consumer reads the group's keys each tick
+        f"$JS.API.CONSUMER.INFO.{stream}.*",  # how many it has to deliver
+        f"$JS.FC.{stream}.>",
     ]
 
 

@@ -7,7 +7,7 @@ every `interval` seconds:
    `<group>.lease.<partition>`, with a revision-guarded update, all at once: a lease whose revision moved (it
    expired and another replica took it) is lost, and given up at once;
 2. on a clock of its own (a *tick*, so that a slow read of the group cannot hold the renewals up), reads the
-   group's keys (the last value of each, in one direct get: expired ones are gone) and works out its fair
+   group's keys (the last value of each: expired ones are gone) and works out its fair
    share, `ceil(partitions / live replicas)`; it releases leases above that share (its duty stopped first,
    then the key deleted, so another replica takes it on its next tick) and takes free ones below it
    (`create`, which fails when another replica got there first), trying them in an order of its own
@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import math
 import socket
@@ -48,7 +47,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import nats.errors
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -309,56 +307,39 @@ class Leases:
             self._hold(partition, revision, sent)
 
     async def read(self) -> View:
-        """The group's keys now: one batched direct get of the last message of each (expired keys are gone).
-
-        A direct get is answered by the stream's servers themselves, not queued behind the JetStream API as
-        making a consumer is: when every shard of a starting replica makes its consumers at once, a view read
-        through a consumer of its own waited seconds, longer than a lease lasts (a replica may then read a view
-        a few milliseconds old from a follower, which its next tick corrects: a take is a `create`, refused
-        where the key is another's)."""
+        """The group's keys now: an ordered consumer delivering the last message of each (expired keys are gone)."""
         prefix = f"$KV.{BUCKET}."
         holders: dict[str, tuple[str, int]] = {}
         replicas: set[str] = set()
         lease_prefix, member_prefix = f"{self.group}.lease.", f"{self.group}.replica."
         tokens = {encode_token(p): p for p in self.partitions}
-        for msg in await self._last_of_each(f"{prefix}{self.group}.>"):
-            headers = msg.headers or {}
-            if headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
-                continue
-            key = headers.get("Nats-Subject", "")[len(prefix) :]
-            if key.startswith(lease_prefix) and key[len(lease_prefix) :] in tokens:
-                holders[tokens[key[len(lease_prefix) :]]] = (msg.data.decode(), int(headers["Nats-Sequence"]))
-            elif key.startswith(member_prefix):
-                replicas.add(key[len(member_prefix) :])
+        sub = await self.js.subscribe(
+            f"{prefix}{self.group}.>", stream=STREAM, ordered_consumer=True, deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
+        )
+        try:
+            info = await sub.consumer_info()
+            # what the consumer has for us: still on the server, and already pushed into this client's buffer
+            # (num_pending alone is 0 once the server has pushed every key, which read as an empty group)
+            remaining = (info.num_pending or 0) + (info.delivered.consumer_seq or 0 if info.delivered else 0)
+            while remaining > 0:
+                msg = await sub.next_msg(timeout=5)
+                remaining = msg.metadata.num_pending or 0
+                key = msg.subject[len(prefix) :]
+                deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in (msg.headers or {})
+                if deleted:
+                    continue
+                if key.startswith(lease_prefix) and key[len(lease_prefix) :] in tokens:
+                    holders[tokens[key[len(lease_prefix) :]]] = (msg.data.decode(), msg.metadata.sequence.stream)
+                elif key.startswith(member_prefix):
+                    replicas.add(key[len(member_prefix) :])
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         me = encode_token(self.replica)
         return View(
             {p: (self.replica if h == self.replica else h, rev) for p, (h, rev) in holders.items()},
             frozenset(self.replica if r == me else r for r in replicas),
         )
-
-    async def _last_of_each(self, subjects: str, timeout: float = 5.0) -> list[Msg]:
-        """The last message of each subject matching `subjects`: a batch direct get (ADR-31 `multi_last`), whose
-        answers end with a 204 (or are one 404 where there is none)."""
-        nc = self.js._nc
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        found: list[Msg] = []
-        try:
-            request = json.dumps({"multi_last": [subjects]}).encode()
-            await nc.publish(f"{self.js._prefix}.DIRECT.GET.{STREAM}", request, reply=inbox)
-            async with asyncio.timeout(timeout):
-                while True:
-                    msg = await sub.next_msg(timeout=timeout)
-                    status = (msg.headers or {}).get("Status")
-                    if status is None:
-                        found.append(msg)
-                    elif status in ("204", "404"):  # end of the batch; nothing there
-                        return found
-                    else:
-                        raise APIError(code=int(status), description=(msg.headers or {}).get("Description", ""))
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
 
     async def _own_renewal(self, kv: KeyValue, partition: str) -> int | None:
         """A renewal refused for its revision: if the key still names this replica, the revision was moved by its
