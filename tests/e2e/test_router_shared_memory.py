@@ -26,6 +26,9 @@ from tests.support.nats import NatsEndpoint
 from tests.support.stack import SETTINGS, running_stack
 
 MEMBERS = ("echo-a", "echo-b", "echo-c", "echo-d")
+# every request is answered within this or fails the test saying so (a request that hung under CPU hogs once
+# held a run for minutes: aiohttp's default is five)
+BOUND = aiohttp.ClientTimeout(total=30)
 SYSTEM = "You are the assistant of a large company; answer politely and briefly. " * 8  # a long shared prefix
 
 
@@ -103,7 +106,7 @@ async def test_three_replicas_keep_a_conversation_and_a_prefix_where_one_of_them
             replica(nats.url, "a", tmp_path) as a,
             replica(nats.url, "b", tmp_path) as b,
             replica(nats.url, "c", tmp_path) as c,
-            aiohttp.ClientSession() as http,
+            aiohttp.ClientSession(timeout=BOUND) as http,
         ):
             for r in (a, b, c):
                 await eventually(lambda u=r.url: all_ready(http, u), timeout=20, message=f"every member ready at {r.name}")
@@ -197,7 +200,7 @@ async def test_a_burst_of_new_conversations_through_three_replicas_spreads_as_th
                 replica(nats.url, "a", tmp_path) as a,
                 replica(nats.url, "b", tmp_path) as b,
                 replica(nats.url, "c", tmp_path) as c,
-                aiohttp.ClientSession() as http,
+                aiohttp.ClientSession(timeout=BOUND) as http,
             ):
                 # c, started last, knew its peers before it served: they answered its first counts at once
                 assert c.learner.placer() == "a" and b.learner.placer() == "a" and a.learner.placer() is None
@@ -225,7 +228,11 @@ async def test_when_the_placer_goes_the_next_replica_places_and_no_request_fails
         stack.router.runner.stop()
         sims = await sims_applied(stack, 4, ttft=0.05)
         try:
-            async with replica(nats.url, "b", tmp_path) as b, replica(nats.url, "c", tmp_path) as c, aiohttp.ClientSession() as http:
+            async with (
+                replica(nats.url, "b", tmp_path) as b,
+                replica(nats.url, "c", tmp_path) as c,
+                aiohttp.ClientSession(timeout=BOUND) as http,
+            ):
                 for r in (b, c):
                     await eventually(lambda u=r.url: sims_ready(http, u, 4), timeout=20, message=f"every member ready at {r.name}")
                 async with replica(nats.url, "a", tmp_path) as a:
