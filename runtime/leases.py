@@ -406,16 +406,17 @@ class Leases:
                 self._releasing[partition] = self._spawn(self._stop_duty(partition))
         await asyncio.gather(*self._releasing.values(), return_exceptions=True)
         await asyncio.gather(*self._pending, return_exceptions=True)
-        if renewing is not None:
-            renewing.cancel()
-            with contextlib.suppress(BaseException):
-                await renewing
-        self._releasing.clear()
-        for partition in list(self.held):
-            held = self._drop(partition)
-            if held is not None and self._kv is not None:
-                with contextlib.suppress(Exception):
-                    await self._kv.delete(self.key(partition), last=held.revision)
+        async with self._writes:  # a renewal in flight lands first: each delete names the revision it made
+            if renewing is not None:
+                renewing.cancel()
+                with contextlib.suppress(BaseException):
+                    await renewing
+            self._releasing.clear()
+            for partition in list(self.held):
+                held = self._drop(partition)
+                if held is not None and self._kv is not None:
+                    with contextlib.suppress(Exception):
+                        await self._kv.delete(self.key(partition), last=held.revision)
         if self._kv is not None:
             with contextlib.suppress(Exception):
                 await self._kv.delete(self.member_key)
