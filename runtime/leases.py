@@ -53,7 +53,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
 from runtime import metrics, settings
-from runtime.bus import key_value
+from runtime.bus import key_value, patiently
 
 log = logging.getLogger("jetway.leases")
 
@@ -199,8 +199,10 @@ class Leases:
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        self._kv = await bucket(self.js, self.settings.ttl)
-        status = await self._kv.status()
+        # patiently: a pod may start while its NATS cluster still elects leaders (the first real node's install saw a
+        # router exit on this call's timeout, restarted once); stopped meanwhile, it leaves with the error
+        self._kv = kv = await patiently(lambda: bucket(self.js, self.settings.ttl), f"{self.group}: the lease bucket", self._stopping)
+        status = await patiently(kv.status, f"{self.group}: the lease bucket's TTL", self._stopping)
         if status.ttl:
             self.ttl = float(status.ttl)
         metrics.watch_leases(self, self.group, self.held_count)  # a lease group is a service (its name)

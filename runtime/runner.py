@@ -283,7 +283,7 @@ class Runner:
 
     async def _restore(self) -> dict[str, int]:
         """Load the snapshot into the projection; what each feed is covered through by it (empty: from the start)."""
-        info = await self.js.stream_info(EVENTS_STREAM)
+        info = await patiently(lambda: self.js.stream_info(EVENTS_STREAM), f"{self.name}: the event stream's state", self._stopping)
         self._stream_created = str(info.created or "")
         codec = self.codec()
         if codec is None or self._snapshots is None:

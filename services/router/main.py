@@ -16,6 +16,7 @@ from nats.aio.client import Client
 
 from contracts.subjects import ALL_PARTITIONS
 from runtime import settings as tree
+from runtime.bus import patiently
 from runtime.entry import Context, Declared, Stop
 from runtime.leases import Leases, LeaseSettings, replica_id
 from runtime.secrets import FileSecrets, SecretSource
@@ -101,7 +102,12 @@ async def start(context: Context) -> list[Runnable]:
         record_sample=config.records,
     )
     if router.routes.records is not None:
-        await records.ensure_stream(context.nc.jetstream(timeout=10), config.records_max_age, config.records_max_bytes)
+        js = context.nc.jetstream(timeout=10)
+        await patiently(  # a pod may start while its NATS cluster still elects leaders: wait, not exit (runtime/bus.py)
+            lambda: records.ensure_stream(js, config.records_max_age, config.records_max_bytes),
+            "router: the routing records' stream",
+            asyncio.Event(),  # nothing stops a start: a signal here ends the process as it is
+        )
     keyfile = None
     if (config.client_keys or ("required" if context.settings.process.cluster else "off")) == "required":
         keyfile = KeyFile(Path(config.client_keys_file))

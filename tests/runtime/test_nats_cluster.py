@@ -14,14 +14,16 @@ from nats.js.api import KeyValueConfig, ObjectStoreConfig
 
 from contracts.events import ResourceApplied
 from contracts.routing import ROUTING_STREAM
-from contracts.subjects import Key, kind_filter
+from contracts.subjects import ALL_PARTITIONS, Key, kind_filter
 from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, connect, ensure_streams
+from runtime.entry import Context
 from runtime.eventstore import EventStore
-from runtime.leases import BUCKET, bucket
+from runtime.leases import BUCKET, Leases, LeaseSettings, bucket
 from runtime.leases import STREAM as LEASES_STREAM
 from runtime.natsserver import NatsCluster, free_port
 from runtime.service import Runner, RunnerSettings
 from runtime.snapshots import SnapshotSettings, SnapshotStore
+from services.router import main as router_main
 from services.router import records as router_records
 from services.router.budget import BUCKET as BUDGETS
 from services.router.budget import SharedLimiter
@@ -191,3 +193,38 @@ async def test_a_service_started_while_its_stream_has_no_quorum_waits_then_rebui
         runner.stop()
         await asyncio.gather(task, return_exceptions=True)
         await reader.close()
+
+
+async def test_a_router_started_while_its_cluster_has_no_quorum_waits_then_takes_its_leases(
+    cluster: NatsCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fresh install's router pod can start before its NATS cluster has elected leaders: the routing records'
+    stream and the lease bucket go unanswered. It waits and tries again rather than exiting (a CI run's install
+    saw a router restart once on this, its previous log ending in a JetStream request's timeout)."""
+    for name in ("n1", "n2"):
+        await asyncio.to_thread(cluster.member(name).stop)
+    nc = await connect(cluster.member("n0").url, name="router")
+    leases = Leases(nc.jetstream(timeout=2), "router", ALL_PARTITIONS, replica="r0", settings=LeaseSettings(ttl=5.0))
+    starting = asyncio.create_task(router_main.start(Context(nc, None)))
+    leasing = asyncio.create_task(leases.run())
+    try:
+        caplog.set_level(logging.WARNING, logger="jetway.bus")
+
+        def waiting() -> bool:
+            said = [r.getMessage() for r in caplog.records if "NATS did not answer" in r.getMessage()]
+            return (
+                starting.done() or leasing.done() or (any("routing records" in m for m in said) and any("lease bucket" in m for m in said))
+            )
+
+        await eventually(waiting, timeout=60, message="the router's start and its leases waiting for a quorum")
+        assert not starting.done() and not leasing.done()
+        for name in ("n1", "n2"):
+            await asyncio.to_thread(cluster.member(name).start)
+        await asyncio.wait_for(starting, 120)
+        assert ROUTING_STREAM in {info.config.name for info in await nc.jetstream().streams_info()}
+        await eventually(lambda: leases.holds() == set(ALL_PARTITIONS), timeout=60, message="every partition leased")
+    finally:
+        starting.cancel()
+        leases.stop()
+        await asyncio.gather(starting, leasing, return_exceptions=True)
+        await nc.close()
