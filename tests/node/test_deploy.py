@@ -162,7 +162,8 @@ def test_the_documented_install_brings_everything_up(node: NodeCluster, installe
         for s in p["status"].get("containerStatuses", [])
         if s["restartCount"]
     }
-    assert restarted == {}, {name: previous_logs(node, name) for name in restarted}
+    # a text, not a dict: pytest shortens a dict's repr to a few hundred characters, and the traceback is the point
+    assert restarted == {}, "\n\n".join(f"{name} restarted {count}x:\n{previous_logs(node, name)}" for name, count in restarted.items())
     nats = pods.get(node, "statefulset", "jetway-nats", "-n", SYSTEM)
     assert nats["status"].get("readyReplicas") == 3
     claims = pods.get(node, "pvc", "-n", SYSTEM)["items"]
