@@ -155,8 +155,10 @@ async def _applied(stack: Stack, name: str, generation: int) -> bool:
 
 
 async def test_delete_asks_for_confirmation(page: Any, stack: Stack) -> None:
-    await stack.apply(changed(MD, {"metadata.name": "doomed"}))
+    status, body = await stack.apply(changed(MD, {"metadata.name": "doomed"}))
+    assert status == 201, body
     await page.goto(f"{stack.api_url}/ui/#/deployments/default/doomed")
+    await visible(page, page.get_by_role("button", name="Delete…"))
     await page.get_by_role("button", name="Delete…").click()
     dialog = page.get_by_role("dialog")
     await expect(dialog).to_contain_text("Delete doomed?")
@@ -168,6 +170,15 @@ async def test_delete_asks_for_confirmation(page: Any, stack: Stack) -> None:
     await expect(page).to_have_url(f"{stack.api_url}/ui/#/deployments", timeout=TIMEOUT)
     await eventually(lambda: _gone(stack, "doomed"), timeout=20, message="deleted")
     await expect(page.locator('tr[data-name="doomed"]')).to_have_count(0, timeout=TIMEOUT)
+
+
+async def visible(page: Any, locator: Any) -> None:
+    """`locator` shown within TIMEOUT; else what the page shows instead, in the failure (one CI run's suite never saw
+    the detail page's Delete button, and said nothing more)."""
+    try:
+        await expect(locator).to_be_visible(timeout=TIMEOUT)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nat {page.url} the page shows: {await page.locator('#main').inner_text()!r}") from None
 
 
 async def _gone(stack: Stack, name: str) -> bool:
