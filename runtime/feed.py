@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from contracts.subjects import ALL_EVENTS, GLOBAL, GLOBAL_KINDS, partition_filter
 from runtime.bus import EVENTS_STREAM
 from runtime.reader import Message, OrderedReader
+from runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("jetway.feed")
 
@@ -113,11 +114,11 @@ async def _follow_once(
             await handle(feed, deliveries)
     finally:
         stop.cancel()
-        if waiting is not None:
-            waiting.cancel()
-            with contextlib.suppress(BaseException):
-                await waiting
-        await reader.close()
+        try:
+            if waiting is not None:
+                await cancel_and_wait(waiting)  # again and again: nats-py can lose a cancellation (runtime/tasks.py)
+        finally:
+            await reader.close()
 
 
 __all__ = ["Delivery", "Feed", "can_be_global", "feeds_of", "follow"]

@@ -20,6 +20,7 @@ from contracts.objects import APP_MANAGED_BY, CONTROLLER, MANAGED_SELECTOR, MODE
 from contracts.subjects import Key
 from runtime.informer import Cache
 from runtime.kube import Kube, KubeError, NotFound
+from runtime.tasks import cancel_and_wait
 
 
 class ResourceConflict(Exception):
@@ -84,9 +85,9 @@ class KubeWriter:
             self.caches = {}
             for task in following:
                 task.cancel()
-            for task in following:
+            for task in following:  # cancelled again while it runs on: a library can lose a cancellation (runtime/tasks.py)
                 with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                    await cancel_and_wait(task)
 
     def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The object as the cache shows it; None when the cache cannot say (not running, not listed yet, not

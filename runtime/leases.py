@@ -54,6 +54,7 @@ from nats.js.kv import KeyValue
 from contracts.subjects import encode_token
 from runtime import metrics, settings
 from runtime.bus import key_value, patiently
+from runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("jetway.leases")
 
@@ -410,9 +411,8 @@ class Leases:
         await asyncio.gather(*self._pending, return_exceptions=True)
         async with self._writes:  # a renewal in flight lands first: each delete names the revision it made
             if renewing is not None:
-                renewing.cancel()
-                with contextlib.suppress(BaseException):
-                    await renewing
+                with contextlib.suppress(asyncio.CancelledError):
+                    await cancel_and_wait(renewing)  # a renewal's cancellation nats-py lost would renew on (runtime/tasks.py)
             self._releasing.clear()
             for partition in list(self.held):
                 held = self._drop(partition)

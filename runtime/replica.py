@@ -28,6 +28,7 @@ from nats.aio.client import Client
 from contracts.subjects import ALL_PARTITIONS, Key
 from runtime.leases import Leases, LeaseSettings
 from runtime.service import Runner, RunnerSettings, Service
+from runtime.tasks import cancel_and_wait
 
 log = logging.getLogger("jetway.replica")
 
@@ -93,6 +94,9 @@ class Replica:
     def _ended(self, partition: str, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
             return
+        if self._tasks.get(partition) is not task:  # ended while being stopped (`_lose`): how its stop went is no failure
+            log.info("shard %s of %s stopped on %r", partition, self.name, task.exception(), extra={"service": self.name})
+            return
         # a shard that cannot run (NATS gone for good, a bug) takes the replica down: a half-running
         # service is worse than none, and its leases then go to a replica that can
         self.failed = task.exception()
@@ -109,9 +113,8 @@ class Replica:
         try:
             await asyncio.wait_for(asyncio.shield(task), self.stop_timeout)
         except (TimeoutError, asyncio.CancelledError):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            with contextlib.suppress(asyncio.CancelledError):
+                await cancel_and_wait(task)  # again and again: nats-py can lose a cancellation (runtime/tasks.py)
         except Exception:
             pass  # its failure was reported when it ended
         log.info("shard %s of %s stopped", partition, self.name, extra={"service": self.name})

@@ -52,11 +52,12 @@ from opentelemetry.trace import Status, StatusCode
 from contracts.events import Envelope, Event, UndecodableEvent, decode, type_tag
 from contracts.subjects import DLQ_PREFIX, Key, facet_filter, matcher, subject_partition
 from runtime import metrics, telemetry
-from runtime.bus import DLQ_STREAM, EVENTS_STREAM, StreamSettings, ensure_streams, patiently, streams_from_env
+from runtime.bus import DLQ_STREAM, EVENTS_STREAM, UNANSWERED, StreamSettings, ensure_streams, patiently, streams_from_env
 from runtime.eventstore import EventStore, Item
 from runtime.feed import Delivery, Feed, feeds_of, follow
 from runtime.reconcile import Again, Effects, NotHeld, Permanent, Requeue, Service, Writes
 from runtime.snapshots import Codec, Restored, SnapshotSettings, SnapshotStore, Unusable, settings_from_env
+from runtime.tasks import cancel_and_wait
 from runtime.workqueue import WorkQueue
 
 log = logging.getLogger("jetway.service")
@@ -585,12 +586,20 @@ class Runner:
 
     async def run(self) -> None:
         """Rebuild, reconcile what is known, then follow the stream until `stop()`."""
-        await patiently(
-            lambda: ensure_streams(self.js, self.settings.streams, update=self.settings.manage_streams),
-            f"{self.name}: streams",
-            self._stopping,
-        )
-        await self.rebuild()
+        try:
+            await patiently(
+                lambda: ensure_streams(self.js, self.settings.streams, update=self.settings.manage_streams),
+                f"{self.name}: streams",
+                self._stopping,
+            )
+            await self.rebuild()
+        except UNANSWERED as exc:
+            if not self._stopping.is_set():
+                raise
+            # stopped while NATS kept it waiting (a shard whose lease went during its rebuild, on a starved node): a
+            # stop, not a failure that takes its replica down (the first real node's pods restarted on it)
+            log.info("service stopped before it had rebuilt (%s)", type(exc).__name__, extra={"service": self.name})
+            return
         self.service.rebuilt()
         if self._snapshot_due():
             self.snapshot_now()
@@ -618,15 +627,15 @@ class Runner:
             self.queue.stop()  # retries scheduled for later: the next start (or holder) reconciles every key anyway
             for task in self._tasks:
                 task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            for task in self._tasks:  # cancelled again while they run on: nats-py can lose a cancellation (runtime/tasks.py)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await cancel_and_wait(task)
             workers = self.queue.workers()  # reconciles still running for the cancelled duties (a resync pass)
             for task in workers:
                 task.cancel()
             for task in workers:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                with contextlib.suppress(asyncio.CancelledError):
+                    await cancel_and_wait(task)
             if self._snapshotting is not None:  # a half-stored object would leave its chunks behind: let it finish
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(asyncio.shield(self._snapshotting), 30)

@@ -228,3 +228,26 @@ async def test_a_router_started_while_its_cluster_has_no_quorum_waits_then_takes
         leases.stop()
         await asyncio.gather(starting, leasing, return_exceptions=True)
         await nc.close()
+
+
+async def test_a_service_stopped_while_nats_keeps_its_rebuild_waiting_stops_without_failing(
+    cluster: NatsCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shard whose lease goes while it rebuilds, on a node too starved for NATS to answer: its stop is a stop. It
+    raised NATS's timeout instead, which its replica took for a failure and exited on (a starved run's install saw
+    the selector, storage and scaler pods restart on it)."""
+    for name in ("n1", "n2"):
+        await asyncio.to_thread(cluster.member(name).stop)
+    nc = await connect(cluster.member("n0").url, name="late-service")
+    runner = Runner(AckService("stopped"), nc, settings=RunnerSettings(snapshots=SnapshotSettings(enabled=False)))
+    task = asyncio.create_task(runner.run())
+    try:
+        caplog.set_level(logging.WARNING, logger="jetway.bus")
+        await eventually(lambda: task.done() or "NATS did not answer" in caplog.text, timeout=60, message="the service waiting")
+        runner.stop()
+        await asyncio.wait_for(task, 30)  # returns: no exception
+        assert not runner.ready.is_set()
+    finally:
+        runner.stop()
+        await asyncio.gather(task, return_exceptions=True)
+        await nc.close()

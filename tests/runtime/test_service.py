@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -11,9 +12,11 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -495,3 +498,38 @@ async def test_a_key_asked_again_while_reconciling_is_reconciled_once_more_and_o
     other_gate.set()
     await within(asyncio.gather(first, beside, *again))
     assert service.runs == {busy: 2, other: 1}
+
+
+async def test_a_runner_stops_even_when_nats_py_loses_the_cancellation_of_its_reader(
+    client: Client, started: Started, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11's `asyncio.wait_for`, which nats-py waits on for every request, drops a cancellation that meets the
+    reply (runtime/tasks.py). Under CPU starvation it met a shard's reader as it made its consumer again: the reader
+    followed its stream on, the shard never stopped, and its replica held its leases for good. Here the reader's
+    consumer is deleted under it, and the new consumer's request swallows the cancellation as that wait_for does."""
+    entered, dropped = asyncio.Event(), asyncio.Event()
+    make_consumer = JetStreamContext.add_consumer
+
+    async def add_consumer_dropping_a_cancellation(self: JetStreamContext, *args: Any, **kwargs: Any) -> Any:
+        if not entered.is_set():
+            entered.set()
+            with contextlib.suppress(asyncio.CancelledError):  # the reply and the cancellation met: the reply wins
+                await asyncio.sleep(60)
+            dropped.set()
+        return await make_consumer(self, *args, **kwargs)
+
+    service = AckService("stopping")
+    runner, task = await _run(client, service, started, RunnerSettings(backoff=(0.05,), heartbeat=0.2))
+    js = client.jetstream()
+
+    async def following() -> bool:
+        return bool(await js.consumers_info(EVENTS_STREAM))
+
+    await eventually(following, timeout=10, message="the runner following the stream")
+    monkeypatch.setattr(JetStreamContext, "add_consumer", add_consumer_dropping_a_cancellation)
+    for consumer in await js.consumers_info(EVENTS_STREAM):  # two silent heartbeats later the reader makes another
+        await js.delete_consumer(EVENTS_STREAM, consumer.name)
+    await asyncio.wait_for(entered.wait(), 10)
+    runner.stop()
+    await asyncio.wait_for(asyncio.shield(task), 15)  # before: the runner waited for its reader for ever
+    assert dropped.is_set()
