@@ -157,12 +157,20 @@ async def run(service: Declared) -> None:
     runners = await service.start(context)
     stop, signalled = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+    received: list[str] = []
+
+    def on(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        signalled.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, signalled.set)
+        loop.add_signal_handler(sig, on, sig)
 
     async def on_signal() -> None:
         """What must happen while every service still runs (the router's drain), then the stop."""
         await signalled.wait()
+        # said, so that a restart's previous log tells a kubelet's stop (a failed probe, a rollout) from an exit
+        logging.getLogger("jetway").info("%s received: stopping", received[0], extra={"service": name})
         for hook in context.before_stop:
             with contextlib.suppress(Exception):
                 await hook()

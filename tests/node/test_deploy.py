@@ -195,7 +195,9 @@ def previous_logs(cluster: NodeCluster, pod: str, lines: int = 40) -> str:
     found = pods.get(cluster, "pod", pod, "-n", SYSTEM)
     last = [s.get("lastState") for s in found["status"].get("containerStatuses", [])]
     logs = cluster.kubectl("-n", SYSTEM, "logs", pod, "--previous", f"--tail={lines}", check=False)
-    return f"{last}\n{logs.stdout}{logs.stderr}"
+    # the kubelet's side: a failed probe that restarted it says so here, not in the container's log
+    events = cluster.kubectl("-n", SYSTEM, "get", "events", "--field-selector", f"involvedObject.name={pod}", check=False)
+    return f"{last}\n{logs.stdout}{logs.stderr}\nevents:\n{events.stdout}{events.stderr}"
 
 
 def nats_monitors(cluster: NodeCluster) -> dict[str, str]:
