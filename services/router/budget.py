@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import msgspec
 import nats.errors
@@ -45,11 +47,15 @@ from runtime.bus import key_value
 from services.router.keys import ADMITTED, SLOTS, ClientKey, KeyRing, Limiter, Verdict, over_limit
 
 log = logging.getLogger("jetway.router.budget")
+T = TypeVar("T")
 
 BUCKET = "jetway-router-budgets"
 STREAM = f"KV_{BUCKET}"
 TICK_LEAD = 0.2  # the next second's slice is claimed this long before the second starts
 CLAIM_TIMEOUT = 1.0  # seconds a request waits for the ledger before the replica falls back to its share
+# seconds a ledger's compare-and-set may take (the JetStream context's timeout): longer than a request waits, because a
+# write is never given up while in flight: one cut off after it landed granted requests no replica then used
+LEDGER_TIMEOUT = 5.0
 CONFLICT_RETRIES = 16  # compare-and-set attempts per claim (3 replicas ticking on the same second meet often)
 IDLE_AFTER = 3  # seconds without a request after which a key's slice is no longer claimed ahead
 
@@ -132,6 +138,12 @@ def share(key: ClientKey, replicas: int) -> ClientKey:
     return ClientKey(key.name, key.sha256, key.models, split(key.rpm), split(key.tpm), key.created)
 
 
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """A claim's outcome is its waiter's; one whose waiter gave up ends unread, and that is no error to report."""
+    if not task.cancelled():
+        task.exception()
+
+
 # --- one replica's side
 
 
@@ -198,26 +210,50 @@ class SharedLimiter:
     async def claim(self, key: ClientKey, now: float) -> Verdict:
         """A request the slice could not admit: a new slice from the ledger, or the refusal it gives."""
         budget = self._budget(key)
+        asked = self._in_turn(budget, lambda: self._claimed(key, budget, now))
         try:
-            async with asyncio.timeout(CLAIM_TIMEOUT):
-                async with budget.lock:
-                    again = self.admit(key, now)  # another request's claim may have filled the slice meanwhile
-                    if again is not None:
-                        return again
-                    second = int(self.clock())
-                    want = max(1, 2 * budget.used.get(second, 0), budget.used.get(second - 1, 0))
-                    granted = await self._report(key, budget, second, want)
+            async with asyncio.timeout(CLAIM_TIMEOUT):  # the request waits this long; the claim goes on (`_in_turn`)
+                answer = await asyncio.shield(asked)
         except (TimeoutError, nats.errors.Error, OSError) as failure:
             return self._offline(key, budget, now, failure)
+        if isinstance(answer, Verdict):
+            return answer
+        second, granted = answer
         self._recovered()
         if granted:
-            budget.slices[second] -= 1  # this request's, from the slice `_report` recorded
-            budget.used[second] = budget.used.get(second, 0) + 1
-            return ADMITTED
+            return ADMITTED  # its request taken from the slice as the grant landed (`_claimed`)
         limit = over_limit(key, window(budget.ledger, second).requests, budget.tokens) or ("tpm" if key.rpm is None else "rpm")
         refused = Verdict(False, limit, wait(budget.ledger, key, second))
         budget.refused, budget.refused_until = refused, second + refused.retry_after  # no ledger round trip per refusal
         return refused
+
+    async def _claimed(self, key: ClientKey, budget: _Budget, now: float) -> Verdict | tuple[int, int]:
+        """Under the budget's lock: the slice's answer if another claim filled it meanwhile, else (second, granted),
+        the claiming request's one taken from the new slice at once (in the same step as it lands: taken later, by its
+        waiter, another request could have emptied the slice first, one more than granted)."""
+        again = self.admit(key, now)
+        if again is not None:
+            return again
+        second = int(self.clock())
+        want = max(1, 2 * budget.used.get(second, 0), budget.used.get(second - 1, 0))
+        granted = await self._report(key, budget, second, want)
+        if granted:
+            budget.slices[second] -= 1
+            budget.used[second] = budget.used.get(second, 0) + 1
+        return second, granted
+
+    def _in_turn(self, budget: _Budget, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        """`work()` under the budget's lock, in a task of its own that a caller's timeout does not cancel: a ledger's
+        compare-and-set cut off after it landed granted requests that no replica's slice then held, and the key's
+        rpm went unused (a loaded full run: the survivors of a killed replica stopped 5 short of the limit)."""
+
+        async def locked() -> T:
+            async with budget.lock:
+                return await work()
+
+        task = asyncio.ensure_future(locked())
+        task.add_done_callback(_retrieved)
+        return task
 
     def spend(self, key: ClientKey, tokens: int, now: float) -> None:
         """An answer's tokens: reported to the ledger at the next tick."""
@@ -318,9 +354,10 @@ class SharedLimiter:
             if not busy and not budget.spent and not any(n > 0 for n in budget.slices.values()):
                 continue
             want = max(budget.used.get(second - 1, 0), 1) if busy else 0
+            reported = self._in_turn(budget, functools.partial(self._report, key, budget, second, want))
             try:
-                async with asyncio.timeout(CLAIM_TIMEOUT), budget.lock:
-                    await self._report(key, budget, second, want)
+                async with asyncio.timeout(CLAIM_TIMEOUT):
+                    await asyncio.shield(reported)
                 self._recovered()
             except (TimeoutError, nats.errors.Error, OSError) as failure:
                 self._lost(failure)

@@ -112,7 +112,7 @@ async def start(context: Context) -> list[Runnable]:
     if (config.client_keys or ("required" if context.settings.process.cluster else "off")) == "required":
         keyfile = KeyFile(Path(config.client_keys_file))
         keyfile.load()  # before serving: the first request meets the keys
-        shared = budget.SharedLimiter(context.nc.jetstream(timeout=budget.CLAIM_TIMEOUT), context.replica or replica_id())
+        shared = budget.SharedLimiter(context.nc.jetstream(timeout=budget.LEDGER_TIMEOUT), context.replica or replica_id())
         router.routes.keys = Gate(lambda: keyfile.ring, shared if config.limits == "shared" else None)
     fair_queue(router, config)
 

@@ -42,7 +42,7 @@ async def replica(url: str, name: str, directory: Path, ring: KeyRing) -> AsyncI
     router = router_main.build(
         nc, FileSecrets(directory / "secrets"), probe_interval=0.5, settings=SETTINGS, leases=LeaseSettings(8.0), replica=name
     )
-    limiter = budget.SharedLimiter(nc.jetstream(timeout=budget.CLAIM_TIMEOUT), name)
+    limiter = budget.SharedLimiter(nc.jetstream(timeout=budget.LEDGER_TIMEOUT), name)
     router.routes.keys = Gate(lambda: ring, limiter)
     tasks = [asyncio.create_task(router.runner.run()), asyncio.create_task(limiter.run(lambda: ring))]
     server, port = await protocol.serve(router.routes, "127.0.0.1", 0)

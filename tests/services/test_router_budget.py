@@ -7,8 +7,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
+import pytest
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from runtime.bus import connect
 from services.router import budget
@@ -78,7 +82,7 @@ async def replicas(url: str, count: int, ring: KeyRing) -> AsyncIterator[list[Re
     running = []
     for i in range(count):
         nc = await connect(url, name=f"router-{i}")
-        limiter = SharedLimiter(nc.jetstream(timeout=budget.CLAIM_TIMEOUT), f"router-{i}")
+        limiter = SharedLimiter(nc.jetstream(timeout=budget.LEDGER_TIMEOUT), f"router-{i}")
         running.append(Replica(nc, limiter, asyncio.create_task(limiter.run(lambda: ring))))
     try:
         yield running
@@ -162,3 +166,40 @@ async def test_a_replica_cut_off_from_nats_allows_its_share_and_says_so(nats: Na
     # ledger had granted it before the cut (counted there for every replica)
     alone = a.limiter.fallback._usage[key.name].requests
     assert alone == 10 and results.count(True) >= 10, (results, alone)
+
+
+async def test_a_grant_answered_after_the_request_stopped_waiting_is_still_the_replicas_to_use(
+    nats: NatsEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger's answer later than a request waits (CLAIM_TIMEOUT, a loaded machine): the request goes on with the
+    replica's share, and the compare-and-set, which had landed, still puts its grant in the replica's slice. Cut off
+    instead, it granted requests no slice held: a full run's survivors stopped 5 short of the key's rpm."""
+    key = ClientKey("team-a", hash_key(new_key()), rpm=60)
+    late = asyncio.Event()
+
+    def answered_late(write: Any) -> Any:
+        async def written(self: KeyValue, *args: Any, **kwargs: Any) -> Any:
+            revision = await write(self, *args, **kwargs)  # landed in the ledger
+            if not late.is_set():
+                late.set()
+                await asyncio.sleep(budget.CLAIM_TIMEOUT + 0.5)  # its answer on the way back, past the request's wait
+            return revision
+
+        return written
+
+    monkeypatch.setattr(KeyValue, "create", answered_late(KeyValue.create))
+    nc = await connect(nats.url, name="router-0")
+    try:
+        limiter = SharedLimiter(nc.jetstream(timeout=budget.LEDGER_TIMEOUT), "router-0")
+        verdict = await limiter.claim(key, 0.0)
+        assert verdict.ok and limiter.degraded  # admitted by its share while the ledger was late
+        kv = await nc.jetstream().key_value(budget.BUCKET)
+
+        async def held_as_granted() -> bool:
+            ledger = msgspec.json.decode((await kv.get(key.name)).value or b"{}", type=Ledger)
+            mine = limiter._budgets[key.name]
+            return sum(ledger.requests.values()) == sum(mine.slices.values()) + sum(mine.used.values()) > 0
+
+        await eventually(held_as_granted, timeout=10, message="the late grant in the replica's slice")
+    finally:
+        await nc.close()
