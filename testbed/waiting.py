@@ -11,8 +11,16 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.02, message: str = "condition") -> Any:
-    """The first truthy result of `check` (sync or async); AssertionError with the last value after `timeout`."""
+async def eventually(
+    check: Callable[[], Any],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    message: str = "condition",
+    shown: Callable[[], Any] | None = None,
+) -> Any:
+    """The first truthy result of `check` (sync or async); AssertionError with the last value after `timeout`, and what
+    `shown()` says then, when given (what the check saw, where its result alone says nothing)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
@@ -23,7 +31,8 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, interva
             return result
         last = result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{message} not met within {timeout}s (last: {last!r})")
+            seen = f"; saw {shown()!r}" if shown is not None else ""
+            raise AssertionError(f"{message} not met within {timeout}s (last: {last!r}{seen})")
         await asyncio.sleep(interval)
 
 

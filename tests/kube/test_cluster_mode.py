@@ -114,11 +114,14 @@ async def test_a_deleted_deployment_terminates_cleans_up_and_goes(controller: Co
         await eventually(all_gone, timeout=TIMEOUT, message="the deployment and its objects removed")
     assert "Terminating" in phases
 
-    async def deletion_recorded() -> list[str] | None:  # the watcher records it once its watch sees the object go
-        recorded = await history(nats.url, cluster.namespace, "qwen")
-        return recorded if recorded[-1:] == ["spec:ResourceDeleted.v1"] else None
+    seen: list[str] = []
 
-    recorded = await eventually(deletion_recorded, timeout=TIMEOUT, message="ResourceDeleted recorded last")
+    async def deletion_recorded() -> list[str] | None:  # the watcher records it once its watch sees the object go
+        seen[:] = await history(nats.url, cluster.namespace, "qwen")
+        return list(seen) if seen[-1:] == ["spec:ResourceDeleted.v1"] else None
+
+    # the history in the failure: once, beside a CPU hog, the deletion was not the last event recorded (or not at all)
+    recorded = await eventually(deletion_recorded, timeout=TIMEOUT, message="ResourceDeleted recorded last", shown=lambda: seen)
     assert "spec:DeletionRequested.v1" in recorded
     # the services cleaned up before the finalizer went (not the garbage collector after it)
     assert recorded.index("workload:WorkloadWithdrawn.v1") < recorded.index("spec:ResourceDeleted.v1")
