@@ -83,11 +83,8 @@ class KubeWriter:
         finally:
             following, self._following = self._following, None
             self.caches = {}
-            for task in following:
-                task.cancel()
-            for task in following:  # cancelled again while it runs on: a library can lose a cancellation (runtime/tasks.py)
-                with contextlib.suppress(asyncio.CancelledError):
-                    await cancel_and_wait(task)
+            with contextlib.suppress(asyncio.CancelledError):  # again and again: a library can lose a cancellation (runtime/tasks.py)
+                await cancel_and_wait(*following)
 
     def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The object as the cache shows it; None when the cache cannot say (not running, not listed yet, not

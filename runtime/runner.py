@@ -625,17 +625,11 @@ class Runner:
             metrics.unwatch(self)
             self._stopping.set()
             self.queue.stop()  # retries scheduled for later: the next start (or holder) reconciles every key anyway
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:  # cancelled again while they run on: nats-py can lose a cancellation (runtime/tasks.py)
-                with contextlib.suppress(asyncio.CancelledError):
-                    await cancel_and_wait(task)
-            workers = self.queue.workers()  # reconciles still running for the cancelled duties (a resync pass)
-            for task in workers:
-                task.cancel()
-            for task in workers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await cancel_and_wait(task)
+            # cancelled again while they run on: nats-py can lose a cancellation (runtime/tasks.py)
+            with contextlib.suppress(asyncio.CancelledError):
+                await cancel_and_wait(*self._tasks)
+            with contextlib.suppress(asyncio.CancelledError):  # reconciles still running for the cancelled duties (a resync pass)
+                await cancel_and_wait(*self.queue.workers())
             if self._snapshotting is not None:  # a half-stored object would leave its chunks behind: let it finish
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(asyncio.shield(self._snapshotting), 30)

@@ -15,21 +15,31 @@ from typing import Any
 AGAIN_EVERY = 1.0  # seconds a cancelled task may run on before it is cancelled again
 
 
-async def cancel_and_wait(task: asyncio.Future[Any], *, again_every: float = AGAIN_EVERY) -> None:
-    """Cancel `task` and return once it has ended, cancelling it again every `again_every` seconds while it runs on.
-    Its outcome is not raised (the caller stops it; how it ended was reported where it failed). A cancellation of the
-    caller meanwhile is raised once `task` has ended: a task left running is how a stop hangs."""
+async def cancel_and_wait(*tasks: asyncio.Future[Any], again_every: float = AGAIN_EVERY) -> None:
+    """Cancel `tasks` (all at once) and return once every one has ended, cancelling those still running again every
+    `again_every` seconds. Their outcomes are not raised (the caller stops them; how one ended was reported where it
+    failed). A cancellation of the caller meanwhile is raised once they have ended: a task left running is how a stop
+    hangs."""
     interrupted = False
-    while not task.done():
-        task.cancel()
+    running = [task for task in tasks if not task.done()]
+    while running:
+        for task in running:
+            task.cancel()
         try:
-            await asyncio.wait([task], timeout=again_every)
+            await asyncio.wait(running, timeout=again_every)
         except asyncio.CancelledError:
             interrupted = True
-    if not task.cancelled():
-        task.exception()  # retrieved: no "exception was never retrieved" at exit
+        running = [task for task in running if not task.done()]
+    for task in tasks:
+        retrieved(task)
     if interrupted:
         raise asyncio.CancelledError
 
 
-__all__ = ["cancel_and_wait"]
+def retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark an ended task's outcome as read, its caller having no use for it: no "exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
+
+
+__all__ = ["cancel_and_wait", "retrieved"]

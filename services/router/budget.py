@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import nats.errors
@@ -44,6 +44,7 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from runtime.bus import key_value
+from runtime.tasks import retrieved
 from services.router.keys import ADMITTED, SLOTS, ClientKey, KeyRing, Limiter, Verdict, over_limit
 
 log = logging.getLogger("jetway.router.budget")
@@ -138,12 +139,6 @@ def share(key: ClientKey, replicas: int) -> ClientKey:
     return ClientKey(key.name, key.sha256, key.models, split(key.rpm), split(key.tpm), key.created)
 
 
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """A claim's outcome is its waiter's; one whose waiter gave up ends unread, and that is no error to report."""
-    if not task.cancelled():
-        task.exception()
-
-
 # --- one replica's side
 
 
@@ -210,7 +205,7 @@ class SharedLimiter:
     async def claim(self, key: ClientKey, now: float) -> Verdict:
         """A request the slice could not admit: a new slice from the ledger, or the refusal it gives."""
         budget = self._budget(key)
-        asked = self._in_turn(budget, lambda: self._claimed(key, budget, now))
+        asked = self._in_turn(budget, functools.partial(self._claimed, key, budget, now))
         try:
             async with asyncio.timeout(CLAIM_TIMEOUT):  # the request waits this long; the claim goes on (`_in_turn`)
                 answer = await asyncio.shield(asked)
@@ -252,7 +247,7 @@ class SharedLimiter:
                 return await work()
 
         task = asyncio.ensure_future(locked())
-        task.add_done_callback(_retrieved)
+        task.add_done_callback(retrieved)  # its waiter may have given up: an outcome unread is no error to report
         return task
 
     def spend(self, key: ClientKey, tokens: int, now: float) -> None:
