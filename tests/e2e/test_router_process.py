@@ -40,7 +40,9 @@ async def test_metrics_on_the_health_port_and_a_drain_on_sigterm(stack: Stack, u
         "JETWAY_PROBE_INTERVAL": "0.3",
         "JETWAY_ROUTER_DRAIN_TIMEOUT": "30",
     }
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.router", cwd=ROOT, env=env)
+    logged = tmp_path / "router.log"
+    with logged.open("wb") as log_file:
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.router", cwd=ROOT, env=env, stderr=log_file)
     router = f"http://127.0.0.1:{router_port}"
     try:
         async with aiohttp.ClientSession() as http:
@@ -78,6 +80,8 @@ async def test_metrics_on_the_health_port_and_a_drain_on_sigterm(stack: Stack, u
                 rest = await response.content.read()
             assert rest.endswith(b"data: [DONE]\n\n"), "the stream finished whole"
         assert await asyncio.wait_for(process.wait(), 30) == 0
+        # its log says what stopped it: a restarted pod's previous log tells a kubelet's stop from a crash
+        assert "SIGTERM received: stopping" in logged.read_text()
     finally:
         if process.returncode is None:
             process.kill()
