@@ -124,13 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def debugging() -> bool:
     """JETWAY_DEBUG: the traceback of an unexpected error. A bad value says nothing more: this is already an error's path."""
     try:
         return settings.read().cli.debug
     except ValueError:
         return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
