@@ -45,6 +45,15 @@ class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, array_like=
     placer: str = ""  # the replica that decided it for `router` (a new conversation among replicas), "" when `router` did
 
 
+# A record as a router buffers it: RoutingRecord's fields in their order, as a tuple. MessagePack encodes the two
+# alike (an array of the fields; the decoder reads either as a RoutingRecord), and a tuple costs a tenth of a Struct to
+# make on every routed request. tests/contracts/test_routing_batches.py holds the two to the same fields and types.
+RecordFields = tuple[
+    float, str, int, str, tuple[str, ...], str, str, float, float, tuple[int, ...],
+    int, int | None, str, int, int, float | None, float, str, str,
+]  # fmt: skip
+
+
 class Placement(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
     """Where one request was just sent, for the other router replicas' memory (services/router/learn.py): published
     when the router decides, not stored (the record, at the request's end, is what is kept)."""

@@ -500,8 +500,11 @@ class Prompt:
         if self.hashes is None:
             body = self.body
             text = prompt_text(body) if (self.always or settings.policy == PREFIX_CACHE) and body is not None else ""
-            self.hashes = block_hashes(text, settings.block_chars, settings.max_blocks) if text else []
-            self.home = home_of(text, settings.block_chars) if self.hashes else None
+            if len(text) < settings.block_chars and text.isascii():  # no whole block, known without encoding it
+                self.hashes = []
+            else:
+                self.hashes = block_hashes(text, settings.block_chars, settings.max_blocks)
+                self.home = home_of(text, settings.block_chars) if self.hashes else None
         return self.hashes
 
 

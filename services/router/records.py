@@ -1,11 +1,12 @@
 """Routing records (contracts/routing.py) from a router replica into their stream, off the hot path.
 
-A routed request appends one record to a buffer (`add`, a few hundred nanoseconds; sampled by a running
-fraction, so a rate of 0.25 records every fourth request exactly rather than a random quarter). `run` publishes
-the buffer as one JSON batch per `FLUSH_SECONDS` (or sooner once it holds `BATCH_RECORDS`) with a core NATS
-publish that the stream stores: no acknowledgement is awaited on the way. When NATS is slow or away the
-buffer keeps at most `MAX_BUFFERED` records and counts what it dropped, so a record can be lost, a request never
-slowed. The stream is bounded by age and bytes (JETWAY_ROUTING_RECORDS_*), oldest first out.
+A routed request appends one record to a buffer (`add`, a few hundred nanoseconds: the record's fields as a tuple,
+contracts.routing.RecordFields; sampled by a running fraction, so a rate of 0.25 records every fourth request
+exactly rather than a random quarter). `run` publishes the buffer as one MessagePack batch per `FLUSH_SECONDS` (or
+sooner once it holds `BATCH_RECORDS`) with a core NATS publish that the stream stores: no acknowledgement is awaited
+on the way. When NATS is slow or away the buffer keeps at most `MAX_BUFFERED` records and counts what it dropped, so
+a record can be lost, a request never slowed. The stream is bounded by age and bytes (JETWAY_ROUTING_RECORDS_*),
+oldest first out.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
-from contracts.routing import BATCH, ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord
+from contracts.routing import BATCH, ROUTING_PREFIX, ROUTING_STREAM, RecordFields
 from contracts.subjects import encode_token
 from runtime import bus
 
@@ -61,7 +63,10 @@ class Records:
         self.sample = sample
         self.every = sample >= 1.0  # every request recorded: `wanted` need not be asked (the default)
         self.subject = f"{ROUTING_PREFIX}.{encode_token(router)}"
-        self.buffer: list[RoutingRecord] = []
+        self.buffer: list[RecordFields] = []
+        # the wall clock less the loop's: a request's arrival on the loop's clock plus this is its time, without a
+        # clock read per record (set again at every flush, so it follows the wall clock's corrections)
+        self.wall = time.time() - time.monotonic()
         self.dropped = 0
         self.published = 0
         self._credit = 0.0
@@ -76,7 +81,7 @@ class Records:
             return True
         return False
 
-    def add(self, record: RoutingRecord) -> None:
+    def add(self, record: RecordFields) -> None:
         buffer = self.buffer
         if len(buffer) >= MAX_BUFFERED:
             self.dropped += 1
@@ -103,6 +108,7 @@ class Records:
         second."""
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
+            self.wall = time.time() - loop.time()
             timer = loop.call_later(FLUSH_SECONDS, self._full.set)
             await self._full.wait()
             timer.cancel()
