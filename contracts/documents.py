@@ -82,7 +82,51 @@ def check_number(value: Any, parts: tuple[str | int, ...] = ()) -> None:
 
 def check_depth(value: Any, max_depth: int = MAX_DEPTH) -> None:
     """Raise TooDeep when objects and lists nest past `max_depth`, BadNumber for a number out of range (with its
-    path); iterative, so never recursion-bound."""
+    path); iterative, so never recursion-bound.
+
+    Every routed request's body passes here. A first walk, level by level, keeping no paths, only asks whether there
+    is anything to refuse: 1.4 µs for a one-message chat body and 12 µs for one of 40 messages (8.7 KB), where the
+    walk that keeps each value's path takes 3.5 and 52 µs (msgspec decodes them in 0.5 and 10 µs). Only then does
+    that second walk, `_problem`, say what and where."""
+    if not _clean(value, max_depth):
+        _problem(value, max_depth)
+
+
+_FINE = frozenset({str, bool, type(None)})  # leaves that are never a problem; an int or a float is looked at
+_INFINITE = (float("inf"), float("-inf"))
+
+
+def _clean(value: Any, max_depth: int) -> bool:
+    """Whether `value` nests at most `max_depth` levels and holds only numbers in range (False also for a value
+    of another type than JSON's and YAML's, which `_problem` then judges)."""
+    level: list[Any] = [(value,)]  # level 0: a tuple holding the value, its children looked at as a list's are
+    depth = -1
+    while level:
+        depth += 1
+        below: list[Any] = []
+        for current in level:
+            for child in current.values() if type(current) is dict else current:
+                kind = type(child)
+                if kind in _FINE:
+                    continue
+                if kind is dict or kind is list:
+                    below.append(child)
+                elif kind is int:
+                    if not MIN_INT <= child <= MAX_INT:
+                        return False
+                elif kind is float:
+                    if child != child or child in _INFINITE:
+                        return False
+                else:
+                    return False
+        if below and depth >= max_depth:
+            return False
+        level = below
+    return True
+
+
+def _problem(value: Any, max_depth: int) -> None:
+    """`check_depth`'s errors, with the path of the first number out of range (depth first)."""
     check_number(value)
     if not isinstance(value, dict | list):
         return

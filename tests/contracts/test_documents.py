@@ -4,6 +4,7 @@ names, namespaces and JSON annotations (issue 11, D1-D3 and D5)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from contracts.agents import ANNOTATION_AGENT_CATALOG
 from contracts.documents import (
     MAX_DECODED_BYTES,
     MAX_DEPTH,
+    MAX_INT,
+    MIN_INT,
     BadNumber,
     DocumentError,
     TooDeep,
@@ -156,6 +159,44 @@ def test_bounded_readers_read_what_the_unbounded_ones_do(value: Any) -> None:
     assert load_yaml_all(text) == [yaml.safe_load(text)]
     dumped = yaml.safe_dump(value)
     assert load_yaml_all(dumped) == [yaml.safe_load(dumped)]
+
+
+def problems(value: Any, max_depth: int, level: int = 0) -> set[str]:
+    """What check_depth must refuse, found the plain recursive way: a container at a level past `max_depth` (the
+    top one is level 1), an integer past int64, a float that is not finite."""
+    found: set[str] = set()
+    if isinstance(value, bool):
+        return found
+    if (isinstance(value, int) and not MIN_INT <= value <= MAX_INT) or (isinstance(value, float) and not math.isfinite(value)):
+        found.add("number")
+    if isinstance(value, dict | list):
+        if level + 1 > max_depth:
+            found.add("depth")
+        for child in value.values() if isinstance(value, dict) else value:
+            found |= problems(child, max_depth, level + 1)
+    return found
+
+
+any_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | text | st.binary(max_size=2),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(any_values)
+def test_check_depth_refuses_exactly_what_it_must(value: Any) -> None:
+    # the quick first walk (no paths) and the one that names the path must agree with the plain definition
+    found = problems(value, 3)
+    try:
+        check_depth(value, 3)
+    except TooDeep:
+        assert "depth" in found
+    except BadNumber:
+        assert "number" in found
+    else:
+        assert not found
 
 
 # --- admission: names and namespaces (D1), JSON inside annotations (D3) -------------------------

@@ -41,7 +41,7 @@ def test_a_batch_is_read_back_as_written_and_smaller_than_json_objects() -> None
 
 def test_a_record_buffered_as_a_tuple_of_its_fields_is_stored_and_read_as_the_record() -> None:
     # what a router buffers for each request (services/router/app.py `_record`) is the fields' tuple, not the Struct
-    fields: RecordFields = msgspec.structs.astuple(RECORD)  # type: ignore[assignment]
+    fields: RecordFields = msgspec.structs.astuple(RECORD)
     assert decode_batch(BATCH.encode([fields, RECORD])) == [RECORD, RECORD]
 
 
