@@ -42,6 +42,10 @@ class BeforeResponse(UpstreamError):
     """No response byte arrived: the request can be retried on another member."""
 
 
+class ResponseTimedOut(UpstreamError):
+    """The response was not complete within the time it was given (`Connection.send`)."""
+
+
 class DialRefused(UpstreamError):
     """The dial policy refused every address of the host."""
 
@@ -163,6 +167,7 @@ class Connection(asyncio.Protocol):
         self.head_bytes = 0
         self._headers: list[tuple[bytes, bytes]] = []
         self.on_pause: Callable[[], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the response's time limit, while one is awaited
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -213,6 +218,9 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.reusable = self.parser.should_keep_alive()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         sink, finished = self.sink, self.finished
         self.sink, self.finished = None, None
         if sink is not None:
@@ -223,12 +231,19 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         self.reusable = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         finished = self.finished
         self.sink, self.finished = None, None
         if self.transport is not None:
             self.transport.close()
         if finished is not None and not finished.done():
             finished.set_exception(exc)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        self._fail(ResponseTimedOut())
 
     def pause(self) -> None:
         if self.transport is not None:
@@ -238,14 +253,20 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
-    def send(self, request: bytes, sink: Sink) -> asyncio.Future[None]:
+    def send(self, request: bytes, sink: Sink, timeout: float | None = None) -> asyncio.Future[None]:
+        """Write one request; the future is done when its response is complete, or fails (ResponseTimedOut past
+        `timeout` seconds: a timer of the connection's own, where `asyncio.wait_for` around the future costs a
+        second future, two callbacks and a step of the loop more on every request)."""
         assert self.transport is not None
         self.sink = sink
         self.answered = False
         self.head_bytes = 0
         self.reusable = False
         self.used += 1
-        self.finished = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.finished = loop.create_future()
+        if timeout is not None:
+            self._timer = loop.call_later(timeout, self._timed_out)
         self.transport.write(request)
         return self.finished
 
@@ -365,20 +386,16 @@ class UpstreamPool:
             attach = getattr(sink, "attach", None)
             if attach is not None:
                 attach(connection)  # a relay pauses the upstream when its client reads slowly
-            finished = connection.send(request, sink)
+            finished = connection.send(request, sink, response_timeout)
             try:
-                if response_timeout is None:
-                    await finished
-                else:
-                    await asyncio.wait_for(finished, response_timeout)
+                await finished
             except BeforeResponse:
                 if reused:  # a pooled connection the upstream had already closed: try a new one
                     continue
                 raise
-            except TimeoutError:
-                connection._fail(UpstreamError("timed out"))
+            except ResponseTimedOut:
                 raise (UpstreamError if connection.answered else BeforeResponse)(
-                    f"no answer from {endpoint.host}:{endpoint.port} in {response_timeout:.0f}s"
+                    f"no answer from {endpoint.host}:{endpoint.port} in {response_timeout:g}s"
                 ) from None
             except asyncio.CancelledError:
                 connection._fail(UpstreamError("cancelled"))

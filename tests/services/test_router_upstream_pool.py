@@ -1,0 +1,66 @@
+"""The router's keep-alive pool to members (services/router/upstream.py): a response's time limit, against real
+HTTP servers on 127.0.0.1 that answer, say nothing, or stop half-way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from services.router.upstream import BeforeResponse, Endpoint, UpstreamError, UpstreamPool, _Buffered
+
+ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+async def serve(reply: Callable[[bytes], bytes]) -> tuple[asyncio.Server, str]:
+    """A server answering each request with `reply(request head)` (b"": nothing, the connection kept open)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                writer.write(reply(head))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[UpstreamPool]:
+    made = UpstreamPool()
+    yield made
+    made.close()
+
+
+async def test_a_member_that_never_answers_fails_the_request_as_retryable_once_its_time_is_up(pool: UpstreamPool) -> None:
+    server, url = await serve(lambda head: b"" if b"/silent" in head else ANSWER)
+    async with server:
+        endpoint = Endpoint.parse(url)
+        with pytest.raises(BeforeResponse, match=r"no answer from 127\.0\.0\.1:\d+ in 0\.2s"):
+            await asyncio.wait_for(pool.send(endpoint, "GET", "/silent", [], b"", _Buffered(1024), response_timeout=0.2), 10)
+        answered = _Buffered(1024)  # the pool goes on: the next request gets its answer
+        await asyncio.wait_for(pool.send(endpoint, "GET", "/", [], b"", answered, response_timeout=0.2), 10)
+        assert (answered.status, b"".join(answered.chunks)) == (200, b"ok")
+
+
+async def test_a_member_that_stops_half_way_fails_the_request_as_not_retryable(pool: UpstreamPool) -> None:
+    server, url = await serve(lambda head: b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+    async with server:
+        sink = _Buffered(1024)
+        with pytest.raises(UpstreamError, match="no answer") as failed:
+            await asyncio.wait_for(pool.send(Endpoint.parse(url), "GET", "/", [], b"", sink, response_timeout=0.2), 10)
+        assert not isinstance(failed.value, BeforeResponse) and sink.status == 200  # the client has its head already
+
+
+async def test_a_connection_kept_after_an_answer_in_time_is_not_closed_by_its_time_limit(pool: UpstreamPool) -> None:
+    server, url = await serve(lambda head: ANSWER)
+    async with server:
+        endpoint = Endpoint.parse(url)
+        first = await asyncio.wait_for(pool.send(endpoint, "GET", "/", [], b"", _Buffered(1024), response_timeout=0.05), 10)
+        await asyncio.sleep(0.2)  # not a synchronisation: the first request's time limit passing is what is tested
+        second = await asyncio.wait_for(pool.send(endpoint, "GET", "/", [], b"", _Buffered(1024), response_timeout=5), 10)
+        assert second is first and not first.closed  # kept, open, and it took the next request
