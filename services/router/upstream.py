@@ -43,7 +43,7 @@ class BeforeResponse(UpstreamError):
 
 
 class ResponseTimedOut(UpstreamError):
-    """The response was not complete within the time it was given (`Connection.send`)."""
+    """No response head came within the time it was given (`Connection.send`)."""
 
 
 class DialRefused(UpstreamError):
@@ -209,6 +209,9 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.answered = True
+        if self._timer is not None:  # the limit is the head's: a body, a stream, may take as long as the member does
+            self._timer.cancel()
+            self._timer = None
         if self.sink is not None:
             self.sink.head(self.parser.get_status_code(), self._headers)
 
@@ -218,9 +221,6 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.reusable = self.parser.should_keep_alive()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         sink, finished = self.sink, self.finished
         self.sink, self.finished = None, None
         if sink is not None:
@@ -254,9 +254,10 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def send(self, request: bytes, sink: Sink, timeout: float | None = None) -> asyncio.Future[None]:
-        """Write one request; the future is done when its response is complete, or fails (ResponseTimedOut past
-        `timeout` seconds: a timer of the connection's own, where `asyncio.wait_for` around the future costs a
-        second future, two callbacks and a step of the loop more on every request)."""
+        """Write one request; the future is done when its response is complete, or fails: ResponseTimedOut when its
+        head has not come in `timeout` seconds (a timer of the connection's own, where `asyncio.wait_for` around the
+        future cost a second future, two callbacks and a step of the loop more on every request, and limited the
+        whole response: a stream longer than the limit was cut)."""
         assert self.transport is not None
         self.sink = sink
         self.answered = False
@@ -394,9 +395,7 @@ class UpstreamPool:
                     continue
                 raise
             except ResponseTimedOut:
-                raise (UpstreamError if connection.answered else BeforeResponse)(
-                    f"no answer from {endpoint.host}:{endpoint.port} in {response_timeout:g}s"
-                ) from None
+                raise BeforeResponse(f"no answer from {endpoint.host}:{endpoint.port} in {response_timeout:g}s") from None
             except asyncio.CancelledError:
                 connection._fail(UpstreamError("cancelled"))
                 raise
