@@ -100,19 +100,59 @@ async def browser() -> AsyncIterator[Any]:
             await launched.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report kept on the test, for `page` to know at its teardown whether the test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-async def page(browser: Any, stack: Stack) -> AsyncIterator[Any]:
-    """A page logged in to the stack's console through a one-time login link, 1280 px wide."""
+async def page(browser: Any, stack: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A page logged in to the stack's console through a one-time login link, 1280 px wide. When its test fails, the
+    failure's output says what the page was waiting for: its requests never answered or failed, what its console said,
+    and what it shows (two suite runs each saw a page that never drew its content, and said nothing more)."""
     context = await browser.new_context(viewport={"width": 1280, "height": 800})
     tab = await context.new_page()
     errors: list[str] = []
+    loop = asyncio.get_running_loop()
+    pending: dict[Any, float] = {}
+    failed: list[str] = []
+    said: list[str] = []
     tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("request", lambda sent: pending.__setitem__(sent, loop.time()))
+    tab.on("requestfinished", lambda sent: pending.pop(sent, None))
+
+    def lost(sent: Any) -> None:
+        pending.pop(sent, None)
+        failed.append(f"{sent.method} {sent.url}: {sent.failure}")
+
+    tab.on("requestfailed", lost)
+    refused: list[str] = []
+
+    def answered(answer: Any) -> None:
+        if answer.status >= 400:
+            refused.append(f"{answer.status} {answer.request.method} {answer.url}")
+
+    tab.on("response", answered)
+    tab.on("console", lambda message: said.append(f"{message.type}: {message.text}") if message.type in ("error", "warning") else None)
     assert stack.console is not None
     await tab.goto(stack.console.login_url(stack.api_url))
     try:
         yield tab
         assert not errors, f"the page's scripts failed: {errors}"
     finally:
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            now = loop.time()
+            waiting = [f"{sent.method} {sent.url} ({now - since:.1f} s)" for sent, since in pending.items()]
+            try:
+                shown = await tab.locator("#main").inner_text(timeout=2_000)
+            except Exception as exc:  # the page itself may be what is broken: say so, and the rest
+                shown = f"(not readable: {type(exc).__name__})"
+            print(f"the page at {tab.url}\n  requests unanswered: {waiting}\n  requests failed: {failed}\n  answered 4xx/5xx: {refused}")
+            print(f"  console errors and warnings: {said}\n  #main shows: {shown!r}")
         await context.close()
 
 
