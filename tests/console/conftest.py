@@ -142,6 +142,8 @@ async def page(browser: Any, stack: Stack, request: pytest.FixtureRequest) -> As
     try:
         yield tab
         assert not errors, f"the page's scripts failed: {errors}"
+        missing = [line for line in said if "status of 404" in line]  # a 400 is a form's answer, a 404 a missing file
+        assert not missing, f"the page asked for something that is not there: {missing}"
     finally:
         report = getattr(request.node, "report_call", None)
         if report is not None and report.failed:
