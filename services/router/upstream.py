@@ -209,9 +209,7 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.answered = True
-        if self._timer is not None:  # the limit is the head's: a body, a stream, may take as long as the member does
-            self._timer.cancel()
-            self._timer = None
+        self._disarm()  # the limit is the head's: a body, a stream, may take as long as the member does
         if self.sink is not None:
             self.sink.head(self.parser.get_status_code(), self._headers)
 
@@ -231,15 +229,18 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         self.reusable = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._disarm()
         finished = self.finished
         self.sink, self.finished = None, None
         if self.transport is not None:
             self.transport.close()
         if finished is not None and not finished.done():
             finished.set_exception(exc)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _timed_out(self) -> None:
         self._timer = None
