@@ -169,8 +169,12 @@ async def supervise(nats: NatsServer, stop: asyncio.Event) -> str:
 
 async def up(options: Options) -> int:
     directory = data_dir(options.data_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o700)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+    except OSError as exc:  # a file there, no permission, a read-only disk: the user's to fix, said as such
+        say(f"error: cannot use {directory} as the data folder (--data-dir, JETWAY_DATA_DIR): {exc.strerror or exc}")
+        return 2
     logs.setup(options.log_level, json_lines=options.log_format == "json")
     telemetry.setup("up")
     try:

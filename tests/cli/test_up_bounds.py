@@ -6,13 +6,17 @@ good: a 500 after 5 s, then a 500 for every apply, and /healthz still 200."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.cli.test_up import start_up
 from tests.contracts.cases import MD, changed
 from tests.e2e.test_input_bounds import ECHO, alias_bomb
+from tests.support.cli import jetway_command
 
 BOUND = aiohttp.ClientTimeout(total=5)  # a bound on each answer, not a measurement
 
@@ -50,3 +54,14 @@ async def test_up_refuses_bad_inputs_and_stays_healthy(tmp_path: Path) -> None:
         code = await up.stop()
     assert code == 0, up.text
     assert "Traceback" not in up.text
+
+
+@pytest.mark.parametrize("command", [jetway_command(), [sys.executable, "-m", "cli.main"]], ids=["script", "module"])
+def test_up_with_a_file_for_its_data_folder_exits_two_saying_so(tmp_path: Path, command: list[str]) -> None:
+    taken = tmp_path / "not-a-folder"
+    taken.write_text("a file")
+    done = subprocess.run([*command, "up", "--data-dir", str(taken)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot use {taken} as the data folder" in done.stderr and "File exists" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "unexpected error" not in done.stderr, done.stderr
+    assert taken.read_text() == "a file"  # nothing changed
