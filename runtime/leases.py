@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import nats.errors
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import encode_token
@@ -310,34 +310,33 @@ class Leases:
             self._hold(partition, revision, sent)
 
     async def read(self) -> View:
-        """The group's keys now: an ordered consumer delivering the last message of each (expired keys are gone)."""
+        """The group's keys now, from the stream's leader: the subjects it holds for the group, then the last message
+        of each, asked all at once. Each key is read as it was at some moment of the read, a key rewritten meanwhile
+        included. (An ordered consumer delivering the last message per subject, and trusting its pending count to
+        say when it was done, missed every key a replica renewed while the read went on: the server dropped the
+        replaced messages from the count without adding their successors, and the others, not seeing that replica,
+        took more than their share and gave it back; tests/runtime/test_leases.py.)"""
         prefix = f"$KV.{BUCKET}."
+        lease_prefix, member_prefix = f"{prefix}{self.group}.lease.", f"{prefix}{self.group}.replica."
+        tokens = {encode_token(p): p for p in self.partitions}
+        info = await self.js.stream_info(STREAM, subjects_filter=f"{prefix}{self.group}.>")
+        subjects = [s for s in info.state.subjects or {} if s.startswith(member_prefix) or s[len(lease_prefix) :] in tokens]
+        # not direct: a direct get may be answered by a copy still catching up (the node's NATS-pod test saw it)
+        found = await asyncio.gather(*(self.js.get_last_msg(STREAM, subject) for subject in subjects), return_exceptions=True)
         holders: dict[str, tuple[str, int]] = {}
         replicas: set[str] = set()
-        lease_prefix, member_prefix = f"{self.group}.lease.", f"{self.group}.replica."
-        tokens = {encode_token(p): p for p in self.partitions}
-        sub = await self.js.subscribe(
-            f"{prefix}{self.group}.>", stream=STREAM, ordered_consumer=True, deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT
-        )
-        try:
-            info = await sub.consumer_info()
-            # what the consumer has for us: still on the server, and already pushed into this client's buffer
-            # (num_pending alone is 0 once the server has pushed every key, which read as an empty group)
-            remaining = (info.num_pending or 0) + (info.delivered.consumer_seq or 0 if info.delivered else 0)
-            while remaining > 0:
-                msg = await sub.next_msg(timeout=5)
-                remaining = msg.metadata.num_pending or 0
-                key = msg.subject[len(prefix) :]
-                deleted = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in (msg.headers or {})
-                if deleted:
-                    continue
-                if key.startswith(lease_prefix) and key[len(lease_prefix) :] in tokens:
-                    holders[tokens[key[len(lease_prefix) :]]] = (msg.data.decode(), msg.metadata.sequence.stream)
-                elif key.startswith(member_prefix):
-                    replicas.add(key[len(member_prefix) :])
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        for subject, msg in zip(subjects, found, strict=True):
+            if isinstance(msg, NotFoundError):
+                continue  # expired or deleted since it was listed
+            if isinstance(msg, BaseException):
+                raise msg
+            headers = msg.headers or {}
+            if headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers or msg.seq is None:
+                continue
+            if subject.startswith(member_prefix):
+                replicas.add(subject[len(member_prefix) :])
+            else:
+                holders[tokens[subject[len(lease_prefix) :]]] = ((msg.data or b"").decode(), msg.seq)
         me = encode_token(self.replica)
         return View(
             {p: (self.replica if h == self.replica else h, rev) for p, (h, rev) in holders.items()},

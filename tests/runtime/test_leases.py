@@ -154,6 +154,34 @@ async def test_every_read_of_the_group_sees_every_key(nats: NatsEndpoint) -> Non
             assert (len(view.holders), view.replicas) == (len(PARTS), frozenset({"a", "b"}))
 
 
+async def test_a_read_sees_the_keys_a_replica_renews_while_it_reads(nats: NatsEndpoint) -> None:
+    """Renewals landing mid-read replace a replica's keys by newer ones. A read that trusted an ordered consumer's
+    pending count missed that replica whole (the count lost the replaced messages and never gained the new ones),
+    and CI saw a survivor take more than its share and give it back. Here a replica renews without pause."""
+    ledger = Ledger()
+    async with replica(nats.url, "a", ledger) as (a, nc, _), replica(nats.url, "b", ledger):
+        await eventually(lambda: shared_by(ledger, {"a", "b"}), timeout=15, message="shared")
+        kv = await nc.jetstream().key_value(BUCKET)
+        b_keys = [a.key(p) for p, h in ledger.holder.items() if h == "b"]
+        stop = asyncio.Event()
+
+        async def renew_b_without_pause() -> None:  # as b's renewals do, but always in flight
+            while not stop.is_set():
+                await asyncio.gather(kv.put("test.replica.b", b""), *(kv.put(key, b"b") for key in b_keys))
+
+        renewing = asyncio.create_task(renew_b_without_pause())
+        try:
+            missed = []
+            for _ in range(50):
+                view = await a.read()
+                if (len(view.holders), view.replicas) != (len(PARTS), frozenset({"a", "b"})):
+                    missed.append((len(view.holders), sorted(view.replicas)))
+            assert missed == []
+        finally:
+            stop.set()
+            await renewing
+
+
 async def test_a_dead_replicas_partitions_move_once_each_to_the_survivors(nats: NatsEndpoint) -> None:
     ledger = Ledger()
     async with replica(nats.url, "a", ledger), replica(nats.url, "b", ledger) as (_, b_nc, b_task), replica(nats.url, "c", ledger):
