@@ -15,8 +15,10 @@ import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -73,6 +75,28 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# How long a fixture may spend on cold builds (the control plane, the node, the images), waits for another
+# process's build of the same included: a cold machine's first run builds them all once (about 20 minutes on 2
+# cores), and CI's 90 minutes hold that and the suite.
+BUILD_LIMIT = 2700.0
+
+
+@contextlib.contextmanager
+def build_time() -> Iterator[None]:
+    """A cold build is not a test's time: pytest-timeout's alarm for the test (its `signal` method, the real-time
+    interval timer) is set to BUILD_LIMIT while the build runs, then to what the test had left. A cached build
+    takes a moment either way. (A node fixture that waited for the control plane's cold build, then built the node
+    and its images, failed every node test on pytest's 900 s on a fresh machine.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    left, interval = signal.setitimer(signal.ITIMER_REAL, BUILD_LIMIT)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, left, interval)  # 0 (none was set): stays off
 
 
 def _count_packages(go: str, target: Target, env: dict[str, str]) -> int:
@@ -197,7 +221,7 @@ class GoBuild:
                 pytest.fail(no_go)
             pytest.skip(no_go)
         capture = request.config.pluginmanager.getplugin("capturemanager")
-        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext(), build_time():
             try:
                 return self.build()
             except BuildFailed as failure:

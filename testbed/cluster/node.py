@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from runtime.natsserver import free_port, nats_server_binary
+from testbed.cluster.build import build_time
 from testbed.cluster.controlplane import ControlPlane, ControlPlaneError, _die_with_parent
 from testbed.cluster.images import ImageBuilder, ImageBuildFailed, NodeImages, build_all, missing_tools
 from testbed.registry.server import Registry, RegistryError
@@ -753,7 +754,8 @@ def node_cluster(
 ) -> Iterator[NodeCluster]:
     """Build the images (cached by key), start the registry and push them, start the node; stop it all after."""
     builder = ImageBuilder(say) if say else ImageBuilder()
-    built = build_all(builder, Path(nats_server_binary()), node_bin / "pause")
+    with build_time():
+        built = build_all(builder, Path(nats_server_binary()), node_bin / "pause")
     registry = Registry(registry_bin, logs / "registry").start()
     try:
         started = time.monotonic()
