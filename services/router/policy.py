@@ -208,23 +208,69 @@ def fitting(ready: list[Member], model: str, body: dict[str, Any] | None, chat: 
 # --- the prefix index ------------------------------------------------------------------------------
 
 
-def block_hashes(text: str, block_chars: int, max_blocks: int) -> list[int]:
+def block_hashes(text: str, block_chars: int, max_blocks: int, known: Sequence[int] = ()) -> list[int]:
     """The chained hashes of the prompt's whole blocks (a partial last block is not cached by engines either).
 
     A block is `block_chars` bytes of the prompt's UTF-8 (characters, for ASCII). Each hash is the CRC-32 of the
     whole prefix up to its block's end, the same in every process and every router replica (unlike `hash`), so
-    the replicas' indexes and the routing records (records.py) name a prefix alike."""
+    the replicas' indexes and the routing records (records.py) name a prefix alike. `known`: the hashes of the
+    text's first blocks, already computed (`prompt_hashes`: those of a lead it starts with)."""
     data = text.encode("utf-8", "surrogatepass")
     if len(data) < block_chars:
         return []  # no whole block
     end = min(len(data) // block_chars, max_blocks) * block_chars
-    hashes: list[int] = []
+    hashes = list(known)
     append, crc = hashes.append, zlib.crc32
-    previous = 0
-    for start in range(0, end, block_chars):
+    previous = hashes[-1] if hashes else 0
+    for start in range(len(hashes) * block_chars, end, block_chars):
         previous = crc(data[start : start + block_chars], previous)
         append(previous)
     return hashes
+
+
+LEADS = 256  # prompts' leads whose block hashes are kept (at most max_blocks * block_chars characters each)
+
+
+def prompt_hashes(parts: list[str], text: str, block_chars: int, max_blocks: int) -> list[int]:
+    """`block_hashes` of a prompt's `text` ("\\n".join(`parts`, from `prompt_parts`)), the blocks of its lead (its
+    first two parts: a chat's first role and message, a system prompt) taken from the last `LEADS` leads seen.
+
+    Requests to a model mostly start alike, with the same system prompt, and a block's CRC costs about 150 ns
+    (zlib's byte-wise loop at 64 bytes) and as much again in the loop around it: a 2,000-character system prompt
+    was 8 µs of every request, and 100,000 instructions of one whose routing record alone wanted its hashes
+    (docs/router.md)."""
+    if len(parts) < 2 or len(parts[0]) + len(parts[1]) < block_chars:
+        return block_hashes(text, block_chars, max_blocks)  # no lead with a whole block
+    # the lead is a prefix of the text whatever is cut from its end; blocks past max_blocks are never hashed
+    return block_hashes(
+        text, block_chars, max_blocks, _LEADS.hashes(parts[0], parts[1][: max_blocks * block_chars], block_chars, max_blocks)
+    )
+
+
+class _Leads:
+    """The block hashes of the last leads seen, LRU. Found by the lead's length and ends, then compared whole: a
+    lead's own hash (siphash, 3 instructions a byte) was most of a kept lead's cost; a comparison runs at memory
+    speed."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.kept: OrderedDict[tuple[str, int, str, str, int, int], tuple[str, tuple[int, ...]]] = OrderedDict()
+
+    def hashes(self, first: str, second: str, block_chars: int, max_blocks: int) -> tuple[int, ...]:
+        key = (first, len(second), second[:block_chars], second[-block_chars:], block_chars, max_blocks)
+        kept = self.kept.get(key)
+        if kept is not None and kept[0] == second:
+            self.kept.move_to_end(key)
+            return kept[1]
+        hashes = tuple(block_hashes(first + "\n" + second, block_chars, max_blocks))
+        self.kept[key] = (second, hashes)  # a lead alike by its ends and length but not whole is replaced
+        self.kept.move_to_end(key)
+        if len(self.kept) > self.capacity:
+            self.kept.popitem(last=False)
+        return hashes
+
+
+_LEADS = _Leads(LEADS)
 
 
 class PrefixIndex:
@@ -430,15 +476,20 @@ def _messages(messages: list[Any], parts: list[str]) -> None:
 
 
 def prompt_text(body: dict[str, Any]) -> str:
-    """The text a request's prompt starts with, in the order an engine sees it (system first), for prefix hashing.
+    """The text a request's prompt starts with, in the order an engine sees it (system first), for prefix hashing:
+    its `prompt_parts`, a line each."""
+    return "\n".join(prompt_parts(body))
 
-    Chat and Anthropic `messages` (with Anthropic's top-level `system`), a completion's `prompt`, a response's
-    `instructions` and `input`; other bodies have none."""
+
+def prompt_parts(body: dict[str, Any]) -> list[str]:
+    """The parts of a request's prompt, in the order an engine sees them (system first): a chat message's role and
+    text, Anthropic's top-level `system`, a completion's `prompt`, a response's `instructions` and `input`; other
+    bodies have none."""
     parts: list[str] = []
     messages = body.get("messages")
     if type(messages) is list and "system" not in body and "instructions" not in body and "prompt" not in body and "input" not in body:
         _messages(messages, parts)  # a chat body, the most common: no lookup for each field it lacks
-        return "\n".join(parts)
+        return parts
     get = body.get
     for field_ in ("system", "instructions"):
         content = get(field_)
@@ -454,7 +505,7 @@ def prompt_text(body: dict[str, Any]) -> str:
     given = get("input")
     if given is not None:
         _text(given, parts)
-    return "\n".join(parts)
+    return parts
 
 
 # --- the choice ---------------------------------------------------------------------------------------
@@ -499,12 +550,14 @@ class Prompt:
     def hashed(self, settings: Settings) -> list[int]:
         if self.hashes is None:
             body = self.body
-            text = prompt_text(body) if (self.always or settings.policy == PREFIX_CACHE) and body is not None else ""
+            parts = prompt_parts(body) if (self.always or settings.policy == PREFIX_CACHE) and body is not None else []
+            text = "\n".join(parts)
             if len(text) < settings.block_chars and text.isascii():  # no whole block, known without encoding it
                 self.hashes = []
             else:
-                self.hashes = block_hashes(text, settings.block_chars, settings.max_blocks)
-                self.home = home_of(text, settings.block_chars) if self.hashes else None
+                self.hashes = hashes = prompt_hashes(parts, text, settings.block_chars, settings.max_blocks)
+                if hashes:  # an ASCII text's first block is its first block's bytes: its hash is the home
+                    self.home = hashes[0] if text.isascii() else home_of(text, settings.block_chars)
         return self.hashes
 
 

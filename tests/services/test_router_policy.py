@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contracts.conditions import same_decision
 from contracts.poolmember import InferencePoolMemberSpec
@@ -23,6 +25,36 @@ def test_block_hashes_chain_so_equal_hashes_mean_equal_prefixes() -> None:
     assert len(a) == 3 and a[0] == b[0] and a[1] != b[1] and a[2] != b[2], "a change in block 2 changes every hash after it"
     assert policy.block_hashes("aaaabb", 4, 10) == a[:1], "a partial last block is not hashed"
     assert policy.block_hashes("aaaabbbbcccc", 4, 2) == a[:2], "at most max_blocks"
+
+
+# parts as prompts have them: roles and texts, ASCII and not (a multi-byte character may straddle a block's end)
+_PART = st.text(alphabet=st.sampled_from("ab\n é中😀"), max_size=40)
+
+
+@given(parts=st.lists(_PART, max_size=6), block_chars=st.integers(1, 9), max_blocks=st.integers(1, 12))
+@settings(max_examples=400, deadline=None)
+def test_a_prompts_hashes_with_its_leads_blocks_kept_are_its_hashes(parts: list[str], block_chars: int, max_blocks: int) -> None:
+    # the lead's blocks come from the last prompts seen (a shared system prompt is hashed once); whatever the text,
+    # its hashes, and its home, are those of the plain computation
+    text = "\n".join(parts)
+    expected = policy.block_hashes(text, block_chars, max_blocks)
+    assert policy.prompt_hashes(parts, text, block_chars, max_blocks) == expected
+    assert policy.prompt_hashes(parts, text, block_chars, max_blocks) == expected, "the lead's kept blocks, asked again"
+    body = {"input": parts}  # a response's input: a part each
+    assert policy.prompt_parts(body) == parts
+    prompt = policy.Prompt(body, None, always=True)
+    assert prompt.hashed(policy.Settings(block_chars=block_chars, max_blocks=max_blocks)) == expected
+    assert prompt.home == (policy.home_of(text, block_chars) if expected else None)
+
+
+def test_a_chat_that_starts_as_another_did_has_its_own_hashes_after_the_shared_start() -> None:
+    system = "You answer questions about the products. " * 5
+    first = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "What is a widget, in a few words?"}]}
+    second = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "And what is a gadget, then?"}]}
+    a, b = (policy.Prompt(body, None, always=True).hashed(policy.Settings(block_chars=16)) for body in (first, second))
+    shared = len(("system\n" + system).encode()) // 16
+    assert a[:shared] == b[:shared] and a[shared + 1 :] != b[shared + 1 :]
+    assert a == policy.block_hashes(policy.prompt_text(first), 16, 256) and b == policy.block_hashes(policy.prompt_text(second), 16, 256)
 
 
 def test_the_index_counts_leading_blocks_per_member_and_forgets_the_least_recent() -> None:
