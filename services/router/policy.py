@@ -242,9 +242,10 @@ def prompt_hashes(parts: list[str], text: str, block_chars: int, max_blocks: int
     if len(parts) < 2 or len(parts[0]) + len(parts[1]) < block_chars:
         return block_hashes(text, block_chars, max_blocks)  # no lead with a whole block
     # the lead is a prefix of the text whatever is cut from its end; blocks past max_blocks are never hashed
-    return block_hashes(
-        text, block_chars, max_blocks, _LEADS.hashes(parts[0], parts[1][: max_blocks * block_chars], block_chars, max_blocks)
-    )
+    lead = _LEADS.hashes(parts[0], parts[1][: max_blocks * block_chars], block_chars, max_blocks)
+    if text.isascii() and len(lead) == min(len(text) // block_chars, max_blocks):
+        return list(lead)  # the lead holds every whole block (a short question after a long system prompt)
+    return block_hashes(text, block_chars, max_blocks, lead)
 
 
 class _Leads:
