@@ -22,7 +22,9 @@ PLACE_PREFIX = "jetway.place"  # a new conversation's decision, asked of the pla
 class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, array_like=True, gc=False):
     """One routed request, as the router decided and saw it. Stored as a MessagePack array in the fields' order
     (new fields go last, with defaults; never reordered): a third of the bytes of JSON objects, encoded in a third of
-    the time, on every request. Not tracked by the garbage collector: it holds no other object that could cycle."""
+    the time, on every request. A router fills in its own mutable copy of these fields as it routes
+    (services/router/records.py `Record`), which MessagePack writes alike. Not tracked by the garbage collector: it
+    holds no other object that could cycle."""
 
     at: float  # when the request arrived (seconds since the epoch)
     model: str
@@ -43,16 +45,6 @@ class RoutingRecord(msgspec.Struct, frozen=True, omit_defaults=True, array_like=
     elapsed: float = 0.0  # seconds from arrival to the answer's end
     router: str = ""  # the replica that routed it
     placer: str = ""  # the replica that decided it for `router` (a new conversation among replicas), "" when `router` did
-
-
-# A record as a router buffers it: RoutingRecord's fields in their order, as a tuple. MessagePack encodes the two
-# alike (an array of the fields; the decoder reads either as a RoutingRecord), and a tuple takes about half the time
-# of a Struct to make, on every routed request. tests/contracts/test_routing_batches.py holds the two to the same
-# fields and types.
-RecordFields = tuple[
-    float, str, int, str, tuple[str, ...], str, str, float, float, tuple[int, ...],
-    int, int | None, str, int, int, float | None, float, str, str,
-]  # fmt: skip
 
 
 class Placement(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):

@@ -31,7 +31,6 @@ import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from contracts.documents import DocumentError, load_json
-from contracts.routing import RecordFields
 from contracts.subjects import Key
 from services.router import echo, hold, policy
 from services.router.apis import APIS, Api, anthropic_error, boundary_of, form_field, openai_error
@@ -42,7 +41,7 @@ from services.router.learn import Learner
 from services.router.metrics import RECORDER, Recorder
 from services.router.projection import Member, Members, Traffic
 from services.router.protocol import HttpConnection, Request
-from services.router.records import Records
+from services.router.records import Record, Records
 from services.router.relay import Relay
 from services.router.signal import ClientTooSlow
 from services.router.upstream import BeforeResponse, Endpoint, UpstreamError, UpstreamPool
@@ -221,21 +220,9 @@ class InFlight:
         if traffic is not None:
             self.traffic = None
             traffic.outstanding -= 1
-            if self.learner is not None:
-                self.learner.finished(self.turn)
-
-
-class Trace(msgspec.Struct, gc=False):
-    """What a recorded request's routing saw (contracts/routing.py), filled in by `_dispatch` as it goes. A Struct, not
-    a class: made for every recorded request, in 40% of the time a class's `__init__` takes."""
-
-    candidates: tuple[str, ...] = ()
-    choice: policy.Choice | None = None
-    placer: str = ""
-    prompt: policy.Prompt | None = None
-    first_at: float = 0.0
-    tokens_in: int = 0
-    tokens_out: int = 0
+            learner = self.learner
+            if learner is not None and learner.peers:  # alone, nothing to say
+                learner.finished(self.turn)
 
 
 async def infer(routes: Routes, client: HttpConnection, request: Request, api: Api) -> None:
@@ -248,54 +235,33 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
     admission = await _admit(routes, client, request, api, model)
     if admission is None:
         return
-    records = routes.records
-    trace = Trace() if records is not None and (records.every or records.wanted()) else None
+    records, settings = routes.records, routes.settings
+    record: Record | None = None
+    if records is not None and (records.every or records.wanted()):
+        if records.settings is not settings:
+            records.follow(settings)
+        record = records.kind(started + records.wall, model)  # `at`: on the wall clock, without reading it
+    asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), record is not None)
     member_name, tokens = "", 0
     try:
-        member_name, tokens = await _dispatch(routes, client, request, api, model, body, started, trace)
+        member_name, tokens = await _dispatch(routes, client, request, api, model, body, started, asked, record)
     finally:
         ended = client.listener.loop.time()
         routes.recorder.answered(model, member_name, api.path, client.status, ended - started)
-        if admission.name:
+        key = admission.name
+        if key:
             if not api.generates:
                 tokens = 0  # counting tokens spends none
             elif not tokens and body is not None and api.prompt_field is not None and client.status == 200:
                 tokens = policy.estimate(body, api.prompt_field == "messages").total  # no `usage` reported: the estimate counts
-            routes.recorder.key(admission.name, client.status, tokens)
+            routes.recorder.key(key, client.status, tokens)
             if routes.keys is not None:
                 routes.keys.spend(admission, tokens, client.listener.loop.time())
-        if trace is not None and records is not None:
-            records.add(_record(routes.settings, records, trace, model, member_name, admission.name, client.status, started, ended))
-
-
-def _record(
-    settings: policy.Settings, records: Records, trace: Trace, model: str, member: str, key: str, status: int, started: float, ended: float
-) -> RecordFields:
-    choice, prompt = trace.choice, trace.prompt
-    blocks = prompt.hashed(settings) if prompt is not None else []
-    # a tuple of RoutingRecord's fields in their order, which MessagePack encodes as it encodes the record
-    # (contracts/routing.py): no Struct to construct (2,100 instructions) on every request
-    return (
-        started + records.wall,  # at: when it arrived, on the wall clock
-        model,
-        status,
-        member,
-        trace.candidates,
-        settings.policy,
-        choice.reason if choice is not None else "",
-        choice.score if choice is not None else 0.0,
-        choice.prefix if choice is not None else 0.0,
-        tuple(blocks),
-        settings.block_chars,
-        prompt.session_key if prompt is not None else None,
-        key,
-        trace.tokens_in,
-        trace.tokens_out,
-        trace.first_at - started if trace.first_at else None,  # ttft
-        ended - started,  # elapsed
-        records.router,
-        trace.placer,
-    )
+        if record is not None and records is not None:
+            # hashed here, after the answer, where a choice among members has not hashed it already
+            record.blocks, record.session = asked.hashed(settings), asked.session_key
+            record.status, record.member, record.key, record.elapsed = client.status, member_name, key, ended - started
+            records.add(record)
 
 
 async def _dispatch(
@@ -306,7 +272,8 @@ async def _dispatch(
     model: str,
     body: dict[str, Any] | None,
     started: float,
-    trace: Trace | None = None,
+    asked: policy.Prompt,
+    record: Record | None = None,
     *,
     may_hold: bool = True,
 ) -> tuple[str, int]:
@@ -337,10 +304,8 @@ async def _dispatch(
             return "", 0
         fitting = queued
     settings = routes.settings
-    asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), always=trace is not None)
-    if trace is not None:
-        trace.prompt = asked
-        trace.candidates = (fitting[0].name,) if len(fitting) == 1 else tuple([m.name for m in fitting])  # one: no list
+    if record is not None:
+        record.candidates = (fitting[0].key.name,) if len(fitting) == 1 else [m.key.name for m in fitting]  # one: no list
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
     for attempt in range(2):
@@ -366,8 +331,11 @@ async def _dispatch(
         # counted in flight before anything awaits: a placer answering another replica meanwhile sees this choice
         in_flight = InFlight(routes.members.traffic_of(member.key), learner)
         routes.recorder.chose(settings.policy, choice.reason)
-        if trace is not None:
-            trace.choice, trace.placer = choice, placer or ""
+        if record is not None:
+            if choice is policy.ONLY and not attempt:  # the one member ready: the rest are still the record's defaults
+                record.reason = "only"
+            else:
+                record.reason, record.score, record.prefix, record.placer = choice.reason, choice.score, choice.prefix, placer or ""
         tried.add(member.key)
         try:
             if placed is not None:
@@ -381,8 +349,10 @@ async def _dispatch(
             prompt, completion = relay.usage()
             if prompt or completion:
                 routes.recorder.used(model, member.name, prompt, completion)
-            if trace is not None:
-                trace.first_at, trace.tokens_in, trace.tokens_out = relay.first_at, prompt, completion
+            if record is not None:
+                record.tokens_in, record.tokens_out = prompt, completion
+                if relay.first_at:
+                    record.ttft = relay.first_at - started
             if relay.first_at:
                 routes.recorder.stream(model, member.name, relay.first_at - started, relay.events, relay.last_at - relay.first_at)
             return member.name, prompt + completion
@@ -406,7 +376,7 @@ async def _dispatch(
     if may_hold and tried and not client.closed and routes.holds is not None and hold.holdable(routes.members.declaring(model), api.format):
         # its members were Healthy when last probed but refused the connection: a deployment that has just gone to zero
         # (the probe has not seen it yet). Held as if already known to be at zero, then routed again, once
-        return await _dispatch(routes, client, request, api, model, body, started, trace, may_hold=False)
+        return await _dispatch(routes, client, request, api, model, body, started, asked, record, may_hold=False)
     message = f"no member can take a request for {model!r} now: {last_error}"
     routes.recorder.refused(model)
     client.respond(*api_error(api, 503, message, "server_error", "upstream_unavailable"), extra=[(b"retry-after", b"1")])

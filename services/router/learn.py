@@ -151,7 +151,9 @@ class Learner:
         self.settings = settings
         self.learned = 0  # placements and records that taught this replica something (tests and metrics read it)
         self.warmed = asyncio.Event()
-        self._peers: dict[str, float] = {}  # another replica's subject → when it last said something (loop time)
+        # another replica's subject → when it last said something (loop time); empty while this one is alone, which the
+        # hot path reads as it is (truthiness, not a call) to skip telling and counting (`has_peers` forgets the silent)
+        self.peers: dict[str, float] = {}
         self._subs: list[Subscription] = []
         self.own_inflight = INFLIGHT_PREFIX + own_subject.removeprefix(ROUTING_PREFIX)
         self._said: dict[str, tuple[float, dict[str, int]]] = {}  # another replica → (when, its counts per member)
@@ -170,20 +172,14 @@ class Learner:
         self._suspects: dict[str, float] = {}  # a placer that did not answer → when (`placer_of`)
         self.placed = 0  # new conversations this replica decided for the others (tests and metrics read it)
 
-    @property
-    def peers(self) -> bool:
-        """Whether another replica has said anything (recently or not: `has_peers` forgets the silent): cheap, for the
-        hot path to skip telling while a router is alone."""
-        return bool(self._peers)
-
     def has_peers(self) -> bool:
         """Whether another replica said anything in the last PEER_SECONDS (then decisions are told)."""
-        if not self._peers:
+        if not self.peers:
             return False
         horizon = asyncio.get_running_loop().time() - PEER_SECONDS
-        for subject in [s for s, at in self._peers.items() if at < horizon]:
-            del self._peers[subject]
-        return bool(self._peers)
+        for subject in [s for s, at in self.peers.items() if at < horizon]:
+            del self.peers[subject]
+        return bool(self.peers)
 
     def previous(self, prompt: policy.Prompt, settings: policy.Settings) -> Key | None:
         """The member another replica sent this prompt's conversation's previous turn to, recently; forgotten once
@@ -234,7 +230,7 @@ class Learner:
 
     def _peer_tokens(self) -> dict[str, float]:
         cut = len(INFLIGHT_PREFIX) + 1
-        return {subject[cut:]: at for subject, at in self._peers.items()}
+        return {subject[cut:]: at for subject, at in self.peers.items()}
 
     async def place(
         self, model: str, ready: list[Member], prompt: policy.Prompt, settings: policy.Settings
@@ -381,11 +377,11 @@ class Learner:
     def _counted(self, subject: str, data: bytes) -> None:
         if subject == self.own_inflight:
             return
-        if subject not in self._peers:
+        if subject not in self.peers:
             self._wake.set()  # a new peer: it hears this replica's counts now, not in up to a second
             self._greet = True
             self._heard.set()
-        self._peers[subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
+        self.peers[subject] = asyncio.get_running_loop().time()  # a peer, routing or not yet
         try:
             said = _DECODE_INFLIGHT(data)
         except msgspec.DecodeError:
@@ -407,7 +403,7 @@ class Learner:
         """A request of this replica's ended (`turn`: its placement's, when it was told): its counts go out now,
         written before the client gets the answer's last bytes, so the replica that takes a conversation's next turn
         a moment later has read that this one ended."""
-        if not self._peers:
+        if not self.peers:
             return
         self._last_said = self._counts()
         self._last_at = asyncio.get_running_loop().time()
@@ -436,13 +432,13 @@ class Learner:
         self._wake.set()
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(INFLIGHT_SECONDS if self._peers else LONE_SECONDS):
+                async with asyncio.timeout(INFLIGHT_SECONDS if self.peers else LONE_SECONDS):
                     await self._wake.wait()
             self._wake.clear()
             if self._forget_silent():
                 others({subject: counts for subject, (_, counts) in self._said.items()}, self.members)
             mine = self._counts()
-            if self._peers and not self._greet and not mine and not self._last_said and loop.time() - self._last_at < LONE_SECONDS:
+            if self.peers and not self._greet and not mine and not self._last_said and loop.time() - self._last_at < LONE_SECONDS:
                 continue  # nothing in flight, and said so: once a second
             self._greet = False
             self._last_said, self._last_at = mine, loop.time()

@@ -533,7 +533,7 @@ class Prompt:
 
     __slots__ = ("always", "body", "hashes", "home", "session", "session_key")
 
-    def __init__(self, body: dict[str, Any] | None, session: str | None, *, always: bool = False) -> None:
+    def __init__(self, body: dict[str, Any] | None, session: str | None, always: bool = False) -> None:
         self.body = body
         self.session = session
         self.session_key = session_key(session) if session else None  # as choosing, placements and records keep it

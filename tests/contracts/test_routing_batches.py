@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import typing
-
 import msgspec
 import pytest
 
-from contracts.routing import BATCH, RecordFields, RoutingRecord, decode_batch, mentions
+from contracts.routing import BATCH, RoutingRecord, decode_batch, mentions
 
 RECORD = RoutingRecord(
     at=1_764_979_200.5,
@@ -37,16 +35,6 @@ def test_a_batch_is_read_back_as_written_and_smaller_than_json_objects() -> None
     assert decode_batch(payload) == [RECORD, refused]
     as_objects = msgspec.json.encode([msgspec.structs.asdict(RECORD), msgspec.structs.asdict(refused)])
     assert len(payload) < len(as_objects) / 2
-
-
-def test_a_record_buffered_as_a_tuple_of_its_fields_is_stored_and_read_as_the_record() -> None:
-    # what a router buffers for each request (services/router/app.py `_record`) is the fields' tuple, not the Struct
-    fields: RecordFields = msgspec.structs.astuple(RECORD)
-    assert decode_batch(BATCH.encode([fields, RECORD])) == [RECORD, RECORD]
-
-
-def test_the_buffered_tuple_has_the_records_fields_and_types_in_order() -> None:
-    assert list(typing.get_args(RecordFields)) == list(typing.get_type_hints(RoutingRecord).values())
 
 
 def test_a_batch_stored_as_json_objects_is_still_read_with_its_absent_fields_defaulted() -> None:

@@ -17,6 +17,7 @@ import openai
 
 from contracts.routing import ROUTING_STREAM, RoutingRecord, decode_batch
 from runtime.bus import connect
+from services.router import policy
 from services.router import records as router_records
 from services.router.keys import ClientKey, Gate, KeyRing, hash_key, new_key
 from services.router.records import Records
@@ -128,6 +129,21 @@ async def test_a_sample_rate_records_that_fraction_of_the_requests_evenly(nats: 
             await eventually(lambda: records.published >= 5, message="the sampled records published")
         found, _ = await stored(nats.url)
     assert len(found) == 5
+
+
+async def test_records_follow_a_change_of_the_routers_settings(nats: NatsEndpoint, tmp_path: Path) -> None:
+    async with running_stack(nats.url, tmp_path) as stack:
+        assert (await stack.apply(echo_member("echo")))[0] == 201
+        await eventually(lambda: stack.served("echo"), message="echo ready")
+        async with recording(stack) as records:
+            for settings in (policy.Settings(), policy.Settings(policy="round-robin", block_chars=16)):
+                stack.router.routes.settings = settings
+                body = {"model": "echo", "messages": [{"role": "user", "content": "a question of more than sixteen characters"}]}
+                async with stack.http.post(f"{stack.router_url}/chat/completions", json=body) as response:
+                    assert response.status == 200
+            await eventually(lambda: records.published >= 2, message="both records published")
+        found, _ = await stored(nats.url)
+    assert [(r.policy, r.block_chars, len(r.blocks) > 0) for r in found] == [("prefix-cache", 64, False), ("round-robin", 16, True)]
 
 
 async def test_jetway_replay_routing_replays_the_records_through_another_policy(nats: NatsEndpoint, tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""A routing record as the router fills it in (services/router/records.py `Record`) is stored as the contract's
+RoutingRecord (contracts/routing.py) and read back as one, field for field."""
+
+from __future__ import annotations
+
+import typing
+
+from contracts.routing import BATCH, RoutingRecord, decode_batch
+from services.router import policy
+from services.router.records import Record, record_kind
+
+
+def test_the_filled_in_record_has_the_contracts_fields_in_order() -> None:
+    assert Record.__struct_fields__ == RoutingRecord.__struct_fields__
+    # the same types, but that the router's sequences may be lists (written alike)
+    ours, theirs = typing.get_type_hints(Record), typing.get_type_hints(RoutingRecord)
+    assert {n for n in ours if ours[n] != theirs[n]} == {"candidates", "blocks"}
+
+
+def test_a_record_made_by_a_routers_kind_carries_its_name_and_settings_and_is_read_as_the_record() -> None:
+    kind = record_kind("router-0", policy.Settings(policy="least-outstanding", block_chars=32))
+    record = kind(1_764_979_200.5, "qwen")
+    record.candidates, record.blocks = ["gpu-a", "gpu-b"], [3_000_000_001, 42]  # lists, as routing leaves them
+    record.status, record.member, record.reason, record.score, record.prefix = 200, "gpu-a", "load", 1.25, 0.5
+    record.session, record.key, record.tokens_in, record.tokens_out, record.ttft, record.elapsed = 2**63 + 5, "team-a", 120, 16, 0.08, 0.4
+    refused = kind(1_764_979_201.0, "qwen")
+    refused.status = 503
+    read, read_refused = decode_batch(BATCH.encode([record, refused]))
+    assert read == RoutingRecord(
+        at=1_764_979_200.5,
+        model="qwen",
+        status=200,
+        member="gpu-a",
+        candidates=("gpu-a", "gpu-b"),
+        policy="least-outstanding",
+        reason="load",
+        score=1.25,
+        prefix=0.5,
+        blocks=(3_000_000_001, 42),
+        block_chars=32,
+        session=2**63 + 5,
+        key="team-a",
+        tokens_in=120,
+        tokens_out=16,
+        ttft=0.08,
+        elapsed=0.4,
+        router="router-0",
+    )
+    assert read_refused == RoutingRecord(
+        at=1_764_979_201.0, model="qwen", status=503, policy="least-outstanding", block_chars=32, router="router-0"
+    )
+
+
+def test_another_kind_leaves_the_records_already_made_as_they_were() -> None:
+    first = record_kind("router-0", policy.Settings())(1.0, "qwen")
+    second = record_kind("router-0", policy.Settings(policy="round-robin", block_chars=16))(2.0, "qwen")
+    assert [(r.policy, r.block_chars) for r in decode_batch(BATCH.encode([first, second]))] == [("prefix-cache", 64), ("round-robin", 16)]
