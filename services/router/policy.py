@@ -249,22 +249,22 @@ def prompt_hashes(parts: list[str], text: str, block_chars: int, max_blocks: int
 
 
 class _Leads:
-    """The block hashes of the last leads seen, LRU. Found by the lead's length and ends, then compared whole: a
-    lead's own hash (siphash, 3 instructions a byte) was most of a kept lead's cost; a comparison runs at memory
-    speed."""
+    """The block hashes of the last leads seen, LRU. Found by the lead's role, length and last characters, then
+    compared whole: a lead's own hash (siphash, 3 instructions a byte) was most of a kept lead's cost, and a key of
+    both its ends (two 64-character slices hashed) half of what was left; a comparison runs at memory speed."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.kept: OrderedDict[tuple[str, int, str, str, int, int], tuple[str, tuple[int, ...]]] = OrderedDict()
+        self.kept: OrderedDict[tuple[str, int, str, int, int], tuple[str, tuple[int, ...]]] = OrderedDict()
 
     def hashes(self, first: str, second: str, block_chars: int, max_blocks: int) -> tuple[int, ...]:
-        key = (first, len(second), second[:block_chars], second[-block_chars:], block_chars, max_blocks)
+        key = (first, len(second), second[-16:], block_chars, max_blocks)
         kept = self.kept.get(key)
         if kept is not None and kept[0] == second:
             self.kept.move_to_end(key)
             return kept[1]
         hashes = tuple(block_hashes(first + "\n" + second, block_chars, max_blocks))
-        self.kept[key] = (second, hashes)  # a lead alike by its ends and length but not whole is replaced
+        self.kept[key] = (second, hashes)  # a lead alike by its role, length and end but not whole is replaced
         self.kept.move_to_end(key)
         if len(self.kept) > self.capacity:
             self.kept.popitem(last=False)
