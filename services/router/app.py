@@ -259,7 +259,9 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
                 routes.keys.spend(admission, tokens, client.listener.loop.time())
         if record is not None and records is not None:
             # hashed here, after the answer, where a choice among members has not hashed it already
-            record.blocks, record.session = asked.hashed(settings), asked.session_key
+            blocks = asked.hashed(settings)
+            record.blocks = blocks.encoded if blocks.__class__ is policy.Lead else blocks
+            record.session = asked.session_key
             record.status, record.member, record.key, record.elapsed = client.status, member_name, key, ended - started
             records.add(record)
 

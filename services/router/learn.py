@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -288,7 +288,7 @@ class Learner:
             with contextlib.suppress(nats.errors.Error, OSError):
                 self.nc.publish_now(reply, _ENCODE(placed))
 
-    async def tell(self, model: str, member: str, blocks: list[int] | None, session: int | None) -> int | None:
+    async def tell(self, model: str, member: str, blocks: Sequence[int] | None, session: int | None) -> int | None:
         """A decision, to the other replicas (when there are any): where this prompt and session went. Its turn (to be
         said with the counts when the request ends), None when nothing was told."""
         if not self.has_peers():

@@ -35,6 +35,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import msgspec
+
 from contracts.subjects import Key
 from services.router.projection import Member, Members, Traffic
 
@@ -231,21 +233,29 @@ def block_hashes(text: str, block_chars: int, max_blocks: int, known: Sequence[i
 LEADS = 256  # prompts' leads whose block hashes are kept (at most max_blocks * block_chars characters each)
 
 
-def prompt_hashes(parts: list[str], text: str, block_chars: int, max_blocks: int) -> list[int]:
+def prompt_hashes(parts: list[str], text: str, block_chars: int, max_blocks: int) -> list[int] | Lead:
     """`block_hashes` of a prompt's `text` ("\\n".join(`parts`, from `prompt_parts`)), the blocks of its lead (its
     first two parts: a chat's first role and message, a system prompt) taken from the last `LEADS` leads seen.
 
     Requests to a model mostly start alike, with the same system prompt, and a block's CRC costs about 150 ns
     (zlib's byte-wise loop at 64 bytes) and as much again in the loop around it: a 2,000-character system prompt
     was 8 µs of every request, and 100,000 instructions of one whose routing record alone wanted its hashes
-    (docs/router.md)."""
+    (docs/router.md). The kept `Lead` itself when it holds every whole block."""
     if len(parts) < 2 or len(parts[0]) + len(parts[1]) < block_chars:
         return block_hashes(text, block_chars, max_blocks)  # no lead with a whole block
     # the lead is a prefix of the text whatever is cut from its end; blocks past max_blocks are never hashed
     lead = _LEADS.hashes(parts[0], parts[1][: max_blocks * block_chars], block_chars, max_blocks)
     if text.isascii() and len(lead) == min(len(text) // block_chars, max_blocks):
-        return list(lead)  # the lead holds every whole block (a short question after a long system prompt)
+        return lead  # the lead holds every whole block (a short question after a long system prompt)
     return block_hashes(text, block_chars, max_blocks, lead)
+
+
+class Lead(tuple[int, ...]):
+    """A kept lead's block hashes, and `encoded`, the MessagePack array a routing record writes them as, made once:
+    a record of a prompt its lead holds whole writes those bytes instead of encoding 31 integers (3,400 instructions
+    for a 2,000-character system prompt) on every request."""
+
+    encoded: msgspec.Raw
 
 
 class _Leads:
@@ -255,15 +265,16 @@ class _Leads:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.kept: OrderedDict[tuple[str, int, str, int, int], tuple[str, tuple[int, ...]]] = OrderedDict()
+        self.kept: OrderedDict[tuple[str, int, str, int, int], tuple[str, Lead]] = OrderedDict()
 
-    def hashes(self, first: str, second: str, block_chars: int, max_blocks: int) -> tuple[int, ...]:
+    def hashes(self, first: str, second: str, block_chars: int, max_blocks: int) -> Lead:
         key = (first, len(second), second[-16:], block_chars, max_blocks)
         kept = self.kept.get(key)
         if kept is not None and kept[0] == second:
             self.kept.move_to_end(key)
             return kept[1]
-        hashes = tuple(block_hashes(first + "\n" + second, block_chars, max_blocks))
+        hashes = Lead(block_hashes(first + "\n" + second, block_chars, max_blocks))
+        hashes.encoded = msgspec.Raw(_MSGPACK(hashes))
         self.kept[key] = (second, hashes)  # a lead alike by its role, length and end but not whole is replaced
         self.kept.move_to_end(key)
         if len(self.kept) > self.capacity:
@@ -271,6 +282,7 @@ class _Leads:
         return hashes
 
 
+_MSGPACK = msgspec.msgpack.Encoder().encode
 _LEADS = _Leads(LEADS)
 
 
@@ -538,7 +550,7 @@ class Prompt:
         self.session = session
         self.session_key = session_key(session) if session else None  # as choosing, placements and records keep it
         self.always = always  # hash whatever the policy: a routing record carries the blocks
-        self.hashes: list[int] | None = None
+        self.hashes: Sequence[int] | None = None  # a list, or a kept Lead
         self.home: int | None = None
 
     @classmethod
@@ -548,7 +560,7 @@ class Prompt:
         prompt.hashes, prompt.home, prompt.session_key = hashes, home, session_key
         return prompt
 
-    def hashed(self, settings: Settings) -> list[int]:
+    def hashed(self, settings: Settings) -> Sequence[int]:
         if self.hashes is None:
             body = self.body
             parts = prompt_parts(body) if (self.always or settings.policy == PREFIX_CACHE) and body is not None else []

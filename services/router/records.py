@@ -73,7 +73,7 @@ class Record(msgspec.Struct, array_like=True, gc=False):
     reason: str = ""
     score: float = 0.0
     prefix: float = 0.0
-    blocks: Sequence[int] = ()
+    blocks: Sequence[int] | msgspec.Raw = ()  # a kept lead's hashes already written as MessagePack (policy.Lead)
     block_chars: int = 0
     session: int | None = None
     key: str = ""

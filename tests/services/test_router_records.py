@@ -55,3 +55,14 @@ def test_another_kind_leaves_the_records_already_made_as_they_were() -> None:
     first = record_kind("router-0", policy.Settings())(1.0, "qwen")
     second = record_kind("router-0", policy.Settings(policy="round-robin", block_chars=16))(2.0, "qwen")
     assert [(r.policy, r.block_chars) for r in decode_batch(BATCH.encode([first, second]))] == [("prefix-cache", 64), ("round-robin", 16)]
+
+
+def test_a_prompt_its_lead_holds_whole_is_written_from_the_leads_own_bytes() -> None:
+    # a long system prompt and a short question: the kept lead's hashes are the prompt's, written as made once
+    body = {"messages": [{"role": "system", "content": "You answer questions. " * 10}, {"role": "user", "content": "Hi?"}]}
+    blocks = policy.Prompt(body, None, True).hashed(policy.Settings())
+    assert isinstance(blocks, policy.Lead) and list(blocks) == policy.block_hashes(policy.prompt_text(body), 64, 256)
+    record = record_kind("router-0", policy.Settings())(1.0, "qwen")
+    record.blocks = blocks.encoded
+    (read,) = decode_batch(BATCH.encode([record]))
+    assert read.blocks == tuple(blocks) and len(read.blocks) == 3
