@@ -1,4 +1,4 @@
-"""Base manifests and a helper to derive broken variants from them by field path."""
+"""Base manifests and a helper to derive broken variants from them by field path; a routing record with every field set."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import copy
 import itertools
 import re
 from typing import Any
+
+from contracts.routing import RoutingRecord
 
 DELETE = object()
 
@@ -46,6 +48,28 @@ AD: dict[str, Any] = {
     "metadata": {"name": "sre-bot", "namespace": "default"},
     "spec": {"framework": {"name": "kagent"}, "model": {"deploymentRef": {"name": "qwen"}}},
 }
+
+
+RECORD = RoutingRecord(
+    at=1_764_979_200.5,
+    model="qwen",
+    status=200,
+    member="gpu-a",
+    candidates=("gpu-a", "gpu-b"),
+    policy="prefix-cache",
+    reason="prefix",
+    score=1.25,
+    prefix=0.75,
+    blocks=(3_000_000_001, 42),
+    block_chars=64,
+    session=2**63 + 5,
+    key="team-a",
+    tokens_in=120,
+    tokens_out=16,
+    ttft=0.08,
+    elapsed=0.4,
+    router="router-0",
+)
 
 
 def _parts(path: str) -> list[str | int]:

@@ -6,27 +6,7 @@ import msgspec
 import pytest
 
 from contracts.routing import BATCH, RoutingRecord, decode_batch, mentions
-
-RECORD = RoutingRecord(
-    at=1_764_979_200.5,
-    model="qwen",
-    status=200,
-    member="gpu-a",
-    candidates=("gpu-a", "gpu-b"),
-    policy="prefix-cache",
-    reason="prefix",
-    score=1.25,
-    prefix=0.75,
-    blocks=(3_000_000_001, 42),
-    block_chars=64,
-    session=2**63 + 5,
-    key="team-a",
-    tokens_in=120,
-    tokens_out=16,
-    ttft=0.08,
-    elapsed=0.4,
-    router="router-0",
-)
+from tests.contracts.cases import RECORD
 
 
 def test_a_batch_is_read_back_as_written_and_smaller_than_json_objects() -> None:

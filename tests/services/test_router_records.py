@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import typing
 
+import msgspec
+
 from contracts.routing import BATCH, RoutingRecord, decode_batch
 from services.router import policy
 from services.router.records import Record, record_kind
+from tests.contracts.cases import RECORD
 
 
 def test_the_filled_in_record_has_the_contracts_fields_in_order() -> None:
@@ -19,33 +22,15 @@ def test_the_filled_in_record_has_the_contracts_fields_in_order() -> None:
 
 def test_a_record_made_by_a_routers_kind_carries_its_name_and_settings_and_is_read_as_the_record() -> None:
     kind = record_kind("router-0", policy.Settings(policy="least-outstanding", block_chars=32))
-    record = kind(1_764_979_200.5, "qwen")
-    record.candidates, record.blocks = ["gpu-a", "gpu-b"], [3_000_000_001, 42]  # lists, as routing leaves them
-    record.status, record.member, record.reason, record.score, record.prefix = 200, "gpu-a", "load", 1.25, 0.5
-    record.session, record.key, record.tokens_in, record.tokens_out, record.ttft, record.elapsed = 2**63 + 5, "team-a", 120, 16, 0.08, 0.4
+    record = kind(RECORD.at, RECORD.model)
+    record.candidates, record.blocks = list(RECORD.candidates), list(RECORD.blocks)  # lists, as routing leaves them
+    for name in ("status", "member", "reason", "score", "prefix", "session", "key", "tokens_in", "tokens_out", "ttft", "elapsed"):
+        setattr(record, name, getattr(RECORD, name))  # each set alone, as routing sets it
     refused = kind(1_764_979_201.0, "qwen")
     refused.status = 503
     read, read_refused = decode_batch(BATCH.encode([record, refused]))
-    assert read == RoutingRecord(
-        at=1_764_979_200.5,
-        model="qwen",
-        status=200,
-        member="gpu-a",
-        candidates=("gpu-a", "gpu-b"),
-        policy="least-outstanding",
-        reason="load",
-        score=1.25,
-        prefix=0.5,
-        blocks=(3_000_000_001, 42),
-        block_chars=32,
-        session=2**63 + 5,
-        key="team-a",
-        tokens_in=120,
-        tokens_out=16,
-        ttft=0.08,
-        elapsed=0.4,
-        router="router-0",
-    )
+    assert RECORD.router == "router-0" and (RECORD.policy, RECORD.block_chars) != ("least-outstanding", 32)
+    assert read == msgspec.structs.replace(RECORD, policy="least-outstanding", block_chars=32)
     assert read_refused == RoutingRecord(
         at=1_764_979_201.0, model="qwen", status=503, policy="least-outstanding", block_chars=32, router="router-0"
     )
