@@ -41,7 +41,24 @@ from services.router.learn import Learner
 from services.router.metrics import RECORDER, Recorder
 from services.router.projection import Member, Members, Traffic
 from services.router.protocol import HttpConnection, Request
-from services.router.records import Record, Records
+from services.router.records import (
+    BLOCKS,
+    CANDIDATES,
+    ELAPSED,
+    KEY,
+    MEMBER,
+    PLACER,
+    PREFIX,
+    REASON,
+    SCORE,
+    SESSION,
+    STATUS,
+    TOKENS_IN,
+    TOKENS_OUT,
+    TTFT,
+    Record,
+    Records,
+)
 from services.router.relay import Relay
 from services.router.signal import ClientTooSlow
 from services.router.upstream import BeforeResponse, Endpoint, UpstreamError, UpstreamPool
@@ -240,7 +257,7 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
     if records is not None and (records.every or records.wanted()):
         if records.settings is not settings:
             records.follow(settings)
-        record = records.kind(started + records.wall, model)  # `at`: on the wall clock, without reading it
+        record = [started + records.wall, model, *records.defaults]  # `at`: on the wall clock, without reading it
     asked = policy.Prompt(body, policy.session_of(request.headers.get(b"x-session-id"), body), record is not None)
     member_name, tokens = "", 0
     try:
@@ -259,10 +276,9 @@ async def infer(routes: Routes, client: HttpConnection, request: Request, api: A
                 routes.keys.spend(admission, tokens, client.listener.loop.time())
         if record is not None and records is not None:
             # hashed here, after the answer, where a choice among members has not hashed it already
-            blocks = asked.hashed(settings)
-            record.blocks = blocks.encoded if blocks.__class__ is policy.Lead else blocks
-            record.session = asked.session_key
-            record.status, record.member, record.key, record.elapsed = client.status, member_name, key, ended - started
+            record[BLOCKS] = asked.recorded(settings)
+            record[SESSION] = asked.session_key
+            record[STATUS], record[MEMBER], record[KEY], record[ELAPSED] = client.status, member_name, key, ended - started
             records.add(record)
 
 
@@ -307,7 +323,7 @@ async def _dispatch(
         fitting = queued
     settings = routes.settings
     if record is not None:
-        record.candidates = (fitting[0].key.name,) if len(fitting) == 1 else [m.key.name for m in fitting]  # one: no list
+        record[CANDIDATES] = (fitting[0].key.name,) if len(fitting) == 1 else [m.key.name for m in fitting]  # one: no list
     tried: set[Key] = set()
     last_error = "no member is ready (all unhealthy, draining or not yet probed)"
     for attempt in range(2):
@@ -335,9 +351,9 @@ async def _dispatch(
         routes.recorder.chose(settings.policy, choice.reason)
         if record is not None:
             if choice is policy.ONLY and not attempt:  # the one member ready: the rest are still the record's defaults
-                record.reason = "only"
+                record[REASON] = "only"
             else:
-                record.reason, record.score, record.prefix, record.placer = choice.reason, choice.score, choice.prefix, placer or ""
+                record[REASON], record[SCORE], record[PREFIX], record[PLACER] = choice.reason, choice.score, choice.prefix, placer or ""
         tried.add(member.key)
         try:
             if placed is not None:
@@ -352,9 +368,9 @@ async def _dispatch(
             if prompt or completion:
                 routes.recorder.used(model, member.name, prompt, completion)
             if record is not None:
-                record.tokens_in, record.tokens_out = prompt, completion
+                record[TOKENS_IN], record[TOKENS_OUT] = prompt, completion
                 if relay.first_at:
-                    record.ttft = relay.first_at - started
+                    record[TTFT] = relay.first_at - started
             if relay.first_at:
                 routes.recorder.stream(model, member.name, relay.first_at - started, relay.events, relay.last_at - relay.first_at)
             return member.name, prompt + completion

@@ -33,12 +33,28 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from contracts.subjects import Key
 from services.router.projection import Member, Members, Traffic
+
+# (body, block_chars, max_blocks, as_raw) -> ((hashes, home) | msgspec.Raw) or None (services/router/_prompt.pyi)
+NativeBlocks = Callable[[dict[str, Any], int, int, bool], Any]
+
+
+def _native_blocks() -> NativeBlocks | None:
+    """The same hashes in C (services/router/_prompt.c), where the package was built with a compiler; else None, and
+    this module's own walk gives the same results, slower (docs/router.md, "The prompt's hashes in C")."""
+    try:
+        from services.router._prompt import blocks
+    except ImportError:
+        return None
+    return blocks
+
+
+native_blocks = _native_blocks()
 
 LEAST_OUTSTANDING = "least-outstanding"
 ROUND_ROBIN = "round-robin"
@@ -563,15 +579,31 @@ class Prompt:
     def hashed(self, settings: Settings) -> Sequence[int]:
         if self.hashes is None:
             body = self.body
-            parts = prompt_parts(body) if (self.always or settings.policy == PREFIX_CACHE) and body is not None else []
-            text = "\n".join(parts)
-            if len(text) < settings.block_chars and text.isascii():  # no whole block, known without encoding it
+            if body is None or not (self.always or settings.policy == PREFIX_CACHE):
                 self.hashes = []
-            else:
-                self.hashes = hashes = prompt_hashes(parts, text, settings.block_chars, settings.max_blocks)
-                if hashes:  # an ASCII text's first block is its first block's bytes: its hash is the home
-                    self.home = hashes[0] if text.isascii() else home_of(text, settings.block_chars)
+            elif native_blocks is not None and (found := native_blocks(body, settings.block_chars, settings.max_blocks, False)):
+                self.hashes, self.home = found
+            else:  # no native module, or a text it leaves to Python (a lone surrogate)
+                parts = prompt_parts(body)
+                text = "\n".join(parts)
+                if len(text) < settings.block_chars and text.isascii():  # no whole block, known without encoding it
+                    self.hashes = []
+                else:
+                    self.hashes = hashes = prompt_hashes(parts, text, settings.block_chars, settings.max_blocks)
+                    if hashes:  # an ASCII text's first block is its first block's bytes: its hash is the home
+                        self.home = hashes[0] if text.isascii() else home_of(text, settings.block_chars)
         return self.hashes
+
+    def recorded(self, settings: Settings) -> Sequence[int] | msgspec.Raw:
+        """The block hashes as a routing record writes them, at the request's end: those a choice among members
+        hashed, else hashed for the record alone, straight to their MessagePack (nothing after the record asks)."""
+        hashes = self.hashes
+        if hashes is None and native_blocks is not None and self.body is not None:
+            raw = native_blocks(self.body, settings.block_chars, settings.max_blocks, True)
+            if raw is not None:
+                return cast(msgspec.Raw, raw)
+        hashes = self.hashed(settings)
+        return hashes.encoded if hashes.__class__ is Lead else hashes
 
 
 ONLY = Choice(0, "only")  # the one member ready for the model

@@ -1,7 +1,7 @@
 """Routing records (contracts/routing.py) from a router replica into their stream, off the hot path.
 
 A routed request's record is made when it is admitted and filled in as it is routed (`Record`: RoutingRecord's
-fields, in its order, so that MessagePack encodes the two alike), then appended to a buffer (`add`); sampled by a
+fields, in its order, in a list, so that MessagePack encodes the two alike), then appended to a buffer (`add`); sampled by a
 running fraction, so a rate of 0.25 records every fourth request exactly rather than a random quarter. `run`
 publishes the buffer as one MessagePack batch per `FLUSH_SECONDS` (or sooner once it holds `BATCH_RECORDS`) with a
 core NATS publish that the stream stores: no acknowledgement is awaited on the way. When NATS is slow or away the
@@ -15,8 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
-from typing import cast
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -24,7 +23,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
-from contracts.routing import BATCH, ROUTING_PREFIX, ROUTING_STREAM
+from contracts.routing import BATCH, ROUTING_PREFIX, ROUTING_STREAM, RoutingRecord
 from contracts.subjects import encode_token
 from runtime import bus
 from services.router.policy import Settings
@@ -58,38 +57,24 @@ async def ensure_stream(js: JetStreamContext, max_age: float, max_bytes: int) ->
     await bus.ensure_stream(js, config, auto_replicas=True, deadline=asyncio.get_running_loop().time() + 30, update=False)
 
 
-class Record(msgspec.Struct, array_like=True, gc=False):
-    """A routed request's record as the router fills it in: RoutingRecord's fields in its order, each set where routing
-    learns it, so nothing is gathered or copied again at the request's end. A Records makes these with its replica's
-    and policy's fields already set (`Records.kind`). Not tracked by the garbage collector: it holds strings, numbers
-    and sequences of them."""
-
-    at: float = 0.0
-    model: str = ""
-    status: int = 0
-    member: str = ""
-    candidates: Sequence[str] = ()  # a tuple or a list: MessagePack writes either as an array
-    policy: str = ""
-    reason: str = ""
-    score: float = 0.0
-    prefix: float = 0.0
-    blocks: Sequence[int] | msgspec.Raw = ()  # a kept lead's hashes already written as MessagePack (policy.Lead)
-    block_chars: int = 0
-    session: int | None = None
-    key: str = ""
-    tokens_in: int = 0
-    tokens_out: int = 0
-    ttft: float | None = None
-    elapsed: float = 0.0
-    router: str = ""
-    placer: str = ""
+# A routed request's record as the router fills it in: RoutingRecord's fields, in its order, in a list, each set by its
+# index where routing learns it. MessagePack writes a list as it writes the contract's array-like record, and it is
+# read back as one; a store at a constant index costs a tenth of a Struct's attribute (docs/router.md).
+Record = list[Any]
+FIELDS: tuple[str, ...] = RoutingRecord.__struct_fields__
+AT, MODEL, STATUS, MEMBER, CANDIDATES, REASON, SCORE, PREFIX, BLOCKS = (
+    FIELDS.index(name) for name in ("at", "model", "status", "member", "candidates", "reason", "score", "prefix", "blocks")
+)
+SESSION, KEY, TOKENS_IN, TOKENS_OUT, TTFT, ELAPSED, PLACER = (
+    FIELDS.index(name) for name in ("session", "key", "tokens_in", "tokens_out", "ttft", "elapsed", "placer")
+)
 
 
-def record_kind(router: str, settings: Settings) -> type[Record]:
-    """`Record` with `router`'s name and `settings`' policy and block size as defaults (`Record`'s fields keep their
-    order): made by two arguments, at the cost of a Struct's plain construction."""
-    defaults = [("policy", str, settings.policy), ("block_chars", int, settings.block_chars), ("router", str, router)]
-    return cast(type[Record], msgspec.defstruct("Record", defaults, bases=(Record,), array_like=True, gc=False))
+def record_defaults(router: str, settings: Settings) -> tuple[Any, ...]:
+    """A record's fields after its time and model (which come first), as a request starts: `router`'s name and
+    `settings`' policy and block size set, the rest RoutingRecord's defaults. A record is `[at, model, *these]`."""
+    started = RoutingRecord(at=0.0, model="", status=0, policy=settings.policy, block_chars=settings.block_chars, router=router)
+    return msgspec.structs.astuple(started)[2:]
 
 
 class Records:
@@ -102,8 +87,8 @@ class Records:
         self.every = sample >= 1.0  # every request recorded: `wanted` need not be asked (the default)
         self.subject = f"{ROUTING_PREFIX}.{encode_token(router)}"
         self.buffer: list[Record] = []
-        self.settings: Settings | None = None  # the settings `kind` was made for
-        self.kind: type[Record] = Record
+        self.settings: Settings | None = None  # the settings `defaults` were made for
+        self.defaults: tuple[Any, ...] = ()
         # the wall clock less the loop's: a request's arrival on the loop's clock plus this is its time, without a
         # clock read per record (set again at every flush, so it follows the wall clock's corrections)
         self.wall = time.time() - time.monotonic()
@@ -122,10 +107,10 @@ class Records:
         return False
 
     def follow(self, settings: Settings) -> None:
-        """Records made from now on (`kind(at, model)`) carry this replica's name and `settings`' policy and block size
-        as their defaults: three fields no request sets. Asked again only when a router's settings object changes."""
+        """Records made from now on (`[at, model, *records.defaults]`) carry this replica's name and `settings`' policy
+        and block size: three fields no request sets. Asked again only when a router's settings object changes."""
         self.settings = settings
-        self.kind = record_kind(self.router, settings)
+        self.defaults = record_defaults(self.router, settings)
 
     def add(self, record: Record) -> None:
         buffer = self.buffer

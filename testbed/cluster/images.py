@@ -43,7 +43,7 @@ DEBIAN_MIRRORS = (
     "deb http://deb.debian.org/debian-security bookworm-security main",
 )
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
-# the files deploy/Dockerfile.dockerignore lets into the build (its `**` then these), less bytecode
+# the files deploy/Dockerfile.dockerignore lets into the build (its `**` then these), less bytecode and built modules
 JETWAY_CONTEXT = ("pyproject.toml", "README.md", "contracts", "runtime", "services", "cli", "simulator")
 TOOLS = ("buildah", "mmdebstrap")
 
@@ -85,14 +85,14 @@ def _hash(parts: Iterable[bytes]) -> str:
 
 
 def _files(root: Path, entries: Iterable[str]) -> list[Path]:
-    """The files under `entries` (relative to root) that a build copies: no bytecode, sorted."""
+    """The files under `entries` (relative to root) that a build copies: no bytecode, no module built here, sorted."""
     found: list[Path] = []
     for entry in entries:
         path = root / entry
         if path.is_file():
             found.append(path)
             continue
-        found += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")]
+        found += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo", ".so")]
     return sorted(found)
 
 
