@@ -154,7 +154,8 @@ static int messages(Parts *ps, PyObject *list) {
     return WALKED;
 }
 
-/* policy.prompt_parts: system first, as an engine sees it */
+/* policy.prompt_parts: system first, as an engine sees it. The body is decoded JSON (str keys, no subclasses), so no
+ * lookup here runs Python code, and the items this walk borrows from its lists stay alive until it returns. */
 static int walk(Parts *ps, PyObject *body) {
     PyObject *keys[] = {K_system, K_instructions, K_messages, K_prompt, K_input};
     for (int k = 0; k < 5; k++) {
