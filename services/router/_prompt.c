@@ -31,6 +31,7 @@ static void crc_tables(void) {
 
 /* the running CRC `c` (inverted, as zlib keeps it while it runs) over `n` more bytes */
 static uint32_t crc_run(uint32_t c, const unsigned char *p, Py_ssize_t n) {
+#if !PY_BIG_ENDIAN /* the eight-byte step reads its words little-endian; a big-endian machine takes bytes alone */
     while (n >= 8) {
         uint32_t a, b;
         memcpy(&a, p, 4);
@@ -41,6 +42,7 @@ static uint32_t crc_run(uint32_t c, const unsigned char *p, Py_ssize_t n) {
         p += 8;
         n -= 8;
     }
+#endif
     while (n--) c = (c >> 8) ^ T[0][(c ^ *p++) & 0xff];
     return c;
 }
@@ -76,6 +78,7 @@ static int add(Parts *ps, PyObject *s) {
     } else {
         part.data = (const unsigned char *)PyUnicode_AsUTF8AndSize(s, &part.bytes);
         if (part.data == NULL) { /* a lone surrogate: policy.py encodes it with surrogatepass */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return FAILED;
             PyErr_Clear();
             return UNSUPPORTED;
         }
@@ -242,6 +245,7 @@ typedef struct {
     int homed;           /* the lead holds the home's characters: `home` is the prompt's */
     uint32_t home;
     PyObject *hashes[2]; /* made once, for a prompt with no block past its lead: [0] the tuple, [1] the Raw */
+    uint64_t generation; /* counts replacements: an object made for a lead is kept only if the lead is still there */
 } Lead;
 
 static Lead leads[LEADS];
@@ -253,25 +257,27 @@ static size_t lead_slot(const unsigned char *end, Py_ssize_t tail, Py_ssize_t by
     return (size_t)(h >> 32) % LEADS;
 }
 
-/* Feed the lead (the first two parts) into `c`, from a kept lead when one matches; keep it when none did. The kept
- * lead, or NULL when it could not be kept. */
+/* Feed the lead (its first two parts, "\n" between, cut where no block can follow: max_blocks * block_chars bytes)
+ * into `c`, from a kept lead when one matches; keep it when none did. The kept lead, or NULL when it could not be kept. */
 static Lead *feed_lead(Crc *c, const Part *first, const Part *second) {
-    Py_ssize_t room = c->max * c->block - (first->bytes + 1);
-    Py_ssize_t second_bytes = second->bytes < room ? second->bytes : (room > 0 ? room : 0);
-    Py_ssize_t bytes = first->bytes + 1 + second_bytes;
-    Lead *lead = &leads[lead_slot(second->data + second_bytes, second_bytes, bytes)];
+    Py_ssize_t limit = c->max * c->block, whole = first->bytes + 1 + second->bytes;
+    Py_ssize_t bytes = whole < limit ? whole : limit;
+    Py_ssize_t in_first = bytes < first->bytes ? bytes : first->bytes; /* of `first`, in the lead */
+    Py_ssize_t in_second = bytes > first->bytes + 1 ? bytes - first->bytes - 1 : 0;
+    const unsigned char *end = in_second ? second->data + in_second : first->data + in_first;
+    Lead *lead = &leads[lead_slot(end, in_second ? in_second : in_first, bytes)];
     if (lead->text != NULL && lead->bytes == bytes && lead->block == c->block && lead->max == c->max &&
-        memcmp(lead->text, first->data, first->bytes) == 0 && lead->text[first->bytes] == '\n' &&
-        memcmp(lead->text + first->bytes + 1, second->data, second_bytes) == 0) {
+        memcmp(lead->text, first->data, in_first) == 0 && (bytes <= first->bytes || lead->text[first->bytes] == '\n') &&
+        memcmp(lead->text + first->bytes + 1, second->data, in_second) == 0) {
         memcpy(c->hashes, lead->crc.hashes, sizeof(uint32_t) * lead->crc.count);
         c->count = lead->crc.count;
         c->state = lead->crc.state;
         c->fill = lead->crc.fill;
         return lead;
     }
-    feed(c, first->data, first->bytes);
-    feed(c, (const unsigned char *)"\n", 1);
-    feed(c, second->data, second_bytes);
+    feed(c, first->data, in_first);
+    if (bytes > first->bytes) feed(c, (const unsigned char *)"\n", 1);
+    feed(c, second->data, in_second);
     unsigned char *text = PyMem_Malloc(bytes);
     uint32_t *hashes = PyMem_Malloc(sizeof(uint32_t) * (c->count ? c->count : 1));
     if (text == NULL || hashes == NULL) { /* not kept: the result stands */
@@ -281,11 +287,12 @@ static Lead *feed_lead(Crc *c, const Part *first, const Part *second) {
     }
     PyMem_Free(lead->text);
     PyMem_Free(lead->crc.hashes);
-    Py_CLEAR(lead->hashes[0]);
-    Py_CLEAR(lead->hashes[1]);
-    memcpy(text, first->data, first->bytes);
-    text[first->bytes] = '\n';
-    memcpy(text + first->bytes + 1, second->data, second_bytes);
+    PyObject *made[2] = {lead->hashes[0], lead->hashes[1]}; /* released once the slot is whole again */
+    lead->hashes[0] = lead->hashes[1] = NULL;
+    lead->generation++;
+    memcpy(text, first->data, in_first);
+    if (bytes > first->bytes) text[first->bytes] = '\n';
+    memcpy(text + first->bytes + 1, second->data, in_second);
     memcpy(hashes, c->hashes, sizeof(uint32_t) * c->count);
     lead->text = text;
     lead->bytes = bytes;
@@ -295,8 +302,9 @@ static Lead *feed_lead(Crc *c, const Part *first, const Part *second) {
     lead->crc.hashes = hashes;
     /* the home from the lead alone when the lead is whole (not cut) and holds a block's characters */
     Part two[2] = {*first, *second};
-    lead->homed = second_bytes == second->bytes &&
-                  home_of(two, 2, first->chars + 1 + second->chars, c->block, &lead->home);
+    lead->homed = bytes == whole && home_of(two, 2, first->chars + 1 + second->chars, c->block, &lead->home);
+    Py_XDECREF(made[0]);
+    Py_XDECREF(made[1]);
     return lead;
 }
 
@@ -378,12 +386,18 @@ static PyObject *blocks(PyObject *module, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "blocks(body: dict, block_chars: int, max_blocks: int, as_raw: bool)");
         return NULL;
     }
-    Py_ssize_t block = PyLong_AsSsize_t(args[1]), max = PyLong_AsSsize_t(args[2]);
-    if ((block == -1 || max == -1) && PyErr_Occurred()) return NULL;
-    if (block <= 0 || max < 0 || max > PY_SSIZE_T_MAX / block / 2) {
-        PyErr_SetString(PyExc_ValueError, "block_chars must be positive and max_blocks not negative");
+    Py_ssize_t block = PyLong_AsSsize_t(args[1]);
+    if (block == -1 && PyErr_Occurred()) return NULL;
+    if (block <= 0) {
+        PyErr_SetString(PyExc_ValueError, "block_chars must be positive");
         return NULL;
     }
+    int overflow;
+    long long asked = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (asked == -1 && PyErr_Occurred()) return NULL;
+    /* as policy.block_hashes: none below 1; above what any text could hold, what the text holds */
+    Py_ssize_t most = PY_SSIZE_T_MAX / block / 2;
+    Py_ssize_t max = overflow > 0 || asked > most ? most : asked < 0 || overflow < 0 ? 0 : (Py_ssize_t)asked;
     int as_raw = PyObject_IsTrue(args[3]);
     if (as_raw < 0) return NULL;
 
@@ -400,7 +414,8 @@ static PyObject *blocks(PyObject *module, PyObject *const *args, Py_ssize_t narg
         goto done;
     }
     if (ps.bytes >= block && max > 0) {
-        if (max > 64 && (c.hashes = PyMem_Malloc(sizeof(uint32_t) * max)) == NULL) {
+        Py_ssize_t room = ps.bytes / block < max ? ps.bytes / block : max; /* the most blocks this text has */
+        if (room > 64 && (c.hashes = PyMem_Malloc(sizeof(uint32_t) * room)) == NULL) {
             PyErr_NoMemory();
             goto done;
         }
@@ -414,10 +429,27 @@ static PyObject *blocks(PyObject *module, PyObject *const *args, Py_ssize_t narg
             feed(&c, ps.parts[i].data, ps.parts[i].bytes);
         }
     }
+    /* Everything read from the body and the lead is read before any Python object is made: making one may collect
+     * garbage, and a finalizer may call blocks() again and replace the lead. */
+    uint32_t home_value = 0;
+    int homed = 0;
+    if (c.count > 0) {
+        if (lead != NULL && lead->homed) {
+            home_value = lead->home;
+            homed = 1;
+        } else {
+            homed = home_of(ps.parts, ps.count, ps.chars, block, &home_value);
+        }
+    }
     if (lead != NULL && c.count == lead->crc.count) { /* no block past the lead: its hashes, made once */
+        uint64_t generation = lead->generation;
         PyObject **kept = &lead->hashes[as_raw];
-        if (*kept == NULL) *kept = as_raw ? hashes_raw(c.hashes, c.count) : hashes_tuple(c.hashes, c.count);
-        hashes = Py_XNewRef(*kept);
+        if (*kept != NULL) {
+            hashes = Py_NewRef(*kept);
+        } else {
+            hashes = as_raw ? hashes_raw(c.hashes, c.count) : hashes_tuple(c.hashes, c.count);
+            if (hashes != NULL && lead->generation == generation && *kept == NULL) *kept = Py_NewRef(hashes);
+        }
     } else if (c.count == 0) { /* no whole block: the same empty array each time */
         hashes = Py_NewRef(as_raw ? NO_BLOCKS_RAW : NO_BLOCKS);
     } else {
@@ -428,11 +460,7 @@ static PyObject *blocks(PyObject *module, PyObject *const *args, Py_ssize_t narg
         hashes = NULL;
         goto done;
     }
-    uint32_t value;
-    if (c.count == 0) home = Py_NewRef(Py_None);
-    else if (lead != NULL && lead->homed) home = PyLong_FromUnsignedLong(lead->home);
-    else if (home_of(ps.parts, ps.count, ps.chars, block, &value)) home = PyLong_FromUnsignedLong(value);
-    else home = Py_NewRef(Py_None);
+    home = homed ? PyLong_FromUnsignedLong(home_value) : Py_NewRef(Py_None);
     if (home == NULL) goto done;
     result = PyTuple_Pack(2, hashes, home);
 done:

@@ -5,6 +5,7 @@ policy.py's walk otherwise; the two must give every replica the same hashes, whi
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,42 @@ def test_what_is_not_a_body_is_refused_by_its_type() -> None:
         native([], 64, 256, False)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="block_chars must be positive"):
         native({}, 0, 256, False)
+
+
+@needs_native
+def test_max_blocks_beyond_any_text_or_below_one_is_what_the_text_holds() -> None:
+    # as block_hashes: no error and no allocation the size of max_blocks, whatever it is
+    body = {"prompt": "abcdefgh"}
+    for max_blocks in (2**40, 2**70, -5, 0):
+        hashes, home = native_blocks(body, 2, max_blocks, False)
+        assert (list(hashes), home) == plain(body, 2, max_blocks)
+
+
+@needs_native
+def test_a_finalizer_that_asks_for_another_prompt_mid_call_leaves_both_answers_right() -> None:
+    # making the answer's tuple may collect garbage, and a finalizer may hash another prompt whose lead takes the
+    # same kept slot (same length and end): neither answer, then or later, is the other's
+    tail = "z" * 20
+    a = {"messages": [{"role": "user", "content": "AAAAAAAAAA" + tail}]}
+    b = {"messages": [{"role": "user", "content": "BBBBBBBBBB" + tail}]}
+    inner: list[Any] = []
+
+    class AsksForB:
+        def __del__(self) -> None:
+            inner.append(native_blocks(b, 1, 100, False))
+
+    cycle = AsksForB()
+    cycle.self = cycle  # type: ignore[attr-defined]
+    del cycle
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # the next object made collects, mid-call
+    try:
+        outer = native_blocks(a, 1, 100, False)
+    finally:
+        gc.set_threshold(*threshold)
+    assert inner, "the finalizer ran mid-call"
+    assert (list(outer[0]), outer[1]) == plain(a, 1, 100)
+    assert (list(inner[0][0]), inner[0][1]) == plain(b, 1, 100)
+    for body in (b, b, a, a, b):  # b's lead is the one kept now: its answer comes from the slot
+        hashes, home = native_blocks(body, 1, 100, False)
+        assert (list(hashes), home) == plain(body, 1, 100)
