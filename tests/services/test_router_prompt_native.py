@@ -19,6 +19,7 @@ from services.router import policy
 
 native = policy.native_blocks
 SOURCE = Path(policy.__file__).with_name("_prompt.c")
+NOT_BUILT = "services/router/_prompt.c was not built: pip install -e . with a C compiler (gcc)"
 
 needs_native = pytest.mark.skipif(
     native is None and os.environ.get("CI") != "true",
@@ -34,15 +35,15 @@ def plain(body: dict[str, Any], block_chars: int, max_blocks: int) -> tuple[list
 
 
 def native_blocks(body: dict[str, Any], block_chars: int, max_blocks: int, as_raw: bool) -> Any:
-    assert native is not None, "services/router/_prompt.c was not built: pip install -e . with a C compiler (gcc)"
+    assert native is not None, NOT_BUILT
     return native(body, block_chars, max_blocks, as_raw)
 
 
 @needs_native
 def test_the_built_module_is_made_from_the_source_beside_it() -> None:
     # a C file edited after the build would be tested as the build it no longer is: pip install -e . builds it again
-    assert native is not None, "services/router/_prompt.c was not built: pip install -e . with a C compiler (gcc)"
-    built = Path(policy.__file__).parent.glob("_prompt*.so")
+    assert native is not None, NOT_BUILT
+    built = SOURCE.parent.glob("_prompt*.so")
     for module in built:
         assert module.stat().st_mtime >= SOURCE.stat().st_mtime, f"{module.name} is older than _prompt.c: pip install -e ."
 
